@@ -1,0 +1,114 @@
+"""Every configuration key, with its default, unit and meaning.
+
+Other configs start from this one and override what differs. Nothing in the
+code reads a key that is not defined here, so `--config.x.y=v` either names a
+real key or fails at once with the list of valid ones.
+"""
+
+import ml_collections
+from ml_collections import config_dict
+
+
+def get_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+
+  c.model = ml_collections.ConfigDict()
+  # gguf:gemma-3-270m (offline, PyPI) | hf:<repo_id> | /local/hf/dir | random
+  c.model.source = "gguf:gemma-3-270m"
+  c.model.dtype = "float32"  # parameter dtype: float32 | bfloat16
+  c.model.cache_dir = "~/.cache/gemma_grpo"  # converted GGUF, hub snapshots
+  c.model.random = ml_collections.ConfigDict()  # shapes when source=random
+  c.model.random.num_layers = 2
+  c.model.random.embed_dim = 64
+  c.model.random.hidden_dim = 128
+  c.model.random.num_heads = 2
+  c.model.random.head_dim = 32
+  c.model.random.num_kv_heads = 1
+  c.model.random.sliding_window = 64  # tokens
+  c.model.random.vocab_size = 262144  # Gemma's tokenizer is used as is
+  c.model.random.seed = 0
+
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.fsdp = -1  # devices on the fsdp axis; -1 fills what tp leaves
+  c.mesh.tp = 1  # devices on the tensor-parallel axis; -1 fills the rest
+
+  c.lora = ml_collections.ConfigDict()
+  c.lora.rank = 32  # r
+  c.lora.alpha = 32.0  # update scale is alpha / r
+  # Regex over module paths; qkv_einsum is the fused form some sizes use.
+  c.lora.targets = (
+      "q_einsum|kv_einsum|qkv_einsum|attn_vec_einsum|gate_proj|up_proj|down_proj"
+  )
+  c.lora.seed = 0  # initialises the A matrices (B starts at zero)
+
+  c.data = ml_collections.ConfigDict()
+  # gsm8k (hub openai/gsm8k) | /path/to.jsonl|.parquet | reasoning_gym:<task>
+  c.data.source = "gsm8k"
+  c.data.split = "train"  # split of a hub dataset
+  c.data.num_heldout = 32  # problems held out of training for `eval/` metrics
+  c.data.max_examples = 0  # cap on training problems after filtering; 0 = all
+  c.data.shuffle_seed = 42
+  c.data.reasoning_gym_size = 2000  # problems generated for reasoning_gym:*
+  c.data.reasoning_gym_seed = 1234
+
+  c.rewards = ml_collections.ConfigDict()
+  c.rewards.preset = "guarded"  # reference | guarded | math
+  # Per-function weights; unset (None) means the preset's weight.
+  c.rewards.weights = ml_collections.ConfigDict({
+      name: config_dict.placeholder(float)
+      for name in (
+          "format_exact", "format_approx", "answer_correct", "number_match",
+          "math_verify_correct",
+      )
+  })
+
+  c.grpo = ml_collections.ConfigDict()
+  c.grpo.algorithm = "grpo"  # grpo | dapo | dr_grpo | gspo
+  c.grpo.num_generations = 2  # G: completions per prompt
+  c.grpo.num_iterations = 1  # mu: optimisation passes per batch
+  c.grpo.beta = 0.08  # KL weight to the reference policy; 0 disables it
+  c.grpo.epsilon = 0.2  # lower clip, epsilon_low in DAPO
+  c.grpo.epsilon_high = 0.28  # upper clip for dapo (grpo uses epsilon)
+  c.grpo.overlong_buffer = 0  # DAPO: tokens before the length limit where a penalty starts; 0 = off
+  c.grpo.overlong_penalty = 1.0  # DAPO: penalty at the length limit
+  c.grpo.dynamic_sampling = False  # DAPO: drop groups whose rewards are all equal
+  c.grpo.max_resample_rounds = 3  # DAPO: extra rollout rounds to refill the batch
+
+  c.rollout = ml_collections.ConfigDict()
+  c.rollout.temperature = 0.9
+  c.rollout.top_p = 1.0
+  c.rollout.top_k = 50
+  c.rollout.max_prompt_length = 256  # tokens; longer prompts are dropped
+  c.rollout.max_new_tokens = 512  # tokens generated per completion
+  c.rollout.kv_cache_size = 1024  # tokens; must hold prompt + completion
+  c.rollout.seed = 0  # sampling key for step s is fold_in(seed, s)
+
+  c.optim = ml_collections.ConfigDict()
+  c.optim.peak_lr = 3e-6
+  c.optim.warmup_fraction = 0.1  # of train.max_steps, linear from 0
+  c.optim.end_lr = 0.0  # cosine decays to this
+  c.optim.weight_decay = 0.1
+  c.optim.b1 = 0.9
+  c.optim.b2 = 0.99
+  c.optim.max_grad_norm = 0.1  # global-norm clip
+
+  c.train = ml_collections.ConfigDict()
+  c.train.max_steps = 100  # optimizer updates
+  c.train.batch_size = 4  # prompts per step (each sampled G times)
+  c.train.micro_batch_size = 0  # prompts per forward/backward; 0 = batch_size
+
+  c.eval = ml_collections.ConfigDict()
+  c.eval.every_steps = 25  # greedy eval of the held-out slice; 0 = never
+  c.eval.num_examples = 32  # held-out problems per in-training eval
+  c.eval.batch_size = 8  # prompts per generation batch
+  c.eval.max_new_tokens = 512
+
+  c.log = ml_collections.ConfigDict()
+  c.log.flush_every_steps = 10  # TensorBoard flush period
+
+  c.ckpt = ml_collections.ConfigDict()
+  c.ckpt.every_steps = 10  # checkpoint period in steps (and always at the end)
+  c.ckpt.keep = 3  # checkpoints kept
+
+  c.lock()
+  return c

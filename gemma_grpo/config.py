@@ -1,0 +1,336 @@
+"""Load a Python config file, apply `--config.a.b=value` overrides, validate.
+
+Validation happens here, in one place, before anything heavy starts: every
+problem is reported at once, one line each, naming the field, the value and
+the fix.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import pathlib
+import re
+import sys
+
+import ml_collections
+
+from gemma_grpo import errors
+
+ALGORITHMS = ("grpo", "dapo", "dr_grpo", "gspo")
+DTYPES = ("float32", "bfloat16")
+# Module names the LoRA targets regex is matched against (Gemma-3 in Tunix).
+LORA_MODULES = (
+    "q_einsum", "kv_einsum", "qkv_einsum", "attn_vec_einsum", "gate_proj",
+    "up_proj", "down_proj",
+)
+
+
+def load(path: str) -> ml_collections.ConfigDict:
+  """Runs `get_config()` of a config file given by path."""
+  file = pathlib.Path(path)
+  if not file.is_file():
+    raise errors.UserError(
+        f"--config: no such file {path!r}; pass e.g. configs/gemma3_270m.py"
+    )
+  # Config files import their base as `from configs import base`.
+  root = str(file.resolve().parent.parent)
+  if root not in sys.path:
+    sys.path.insert(0, root)
+  spec = importlib.util.spec_from_file_location(f"_config_{file.stem}", file)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  if not hasattr(module, "get_config"):
+    raise errors.UserError(f"--config: {path} has no get_config() function")
+  return module.get_config()
+
+
+def _parse_value(text: str, kind: type, key: str):
+  if kind is bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes"):
+      return True
+    if lowered in ("false", "0", "no"):
+      return False
+    raise errors.UserError(f"--config.{key}={text}: expected true or false")
+  if kind is str:
+    return text
+  try:
+    value = ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    raise errors.UserError(
+        f"--config.{key}={text}: expected a {kind.__name__}"
+    ) from None
+  if kind is float and isinstance(value, int) and not isinstance(value, bool):
+    value = float(value)
+  if not isinstance(value, kind) or isinstance(value, bool):
+    raise errors.UserError(f"--config.{key}={text}: expected a {kind.__name__}")
+  return value
+
+
+def override(c: ml_collections.ConfigDict, key: str, text: str) -> None:
+  """Sets `c.<key>` from command-line text, converted to the field's type."""
+  *parents, leaf = key.split(".")
+  node = c
+  for i, part in enumerate(parents):
+    if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
+      where = ".".join(parents[:i]) or "config"
+      valid = sorted(k for k, v in node.items() if isinstance(v, ml_collections.ConfigDict))
+      raise errors.UserError(
+          f"--config.{key}: {where} has no section {part!r}; sections: {', '.join(valid)}"
+      )
+    node = node[part]
+  if leaf not in node:
+    raise errors.UserError(
+        f"--config.{key}: unknown key {leaf!r}; valid keys here: "
+        f"{', '.join(sorted(node.keys()))}"
+    )
+  if isinstance(node[leaf], ml_collections.ConfigDict):
+    raise errors.UserError(f"--config.{key} is a section; set one of its keys")
+  kind = node.get_ref(leaf).get_type()
+  with node.unlocked():
+    node[leaf] = _parse_value(text, kind, key)
+
+
+def apply_overrides(c: ml_collections.ConfigDict, args: list[str]) -> list[str]:
+  """Applies `--config.a.b=v` / `--config.a.b v` args; returns the rest."""
+  rest, i = [], 0
+  while i < len(args):
+    arg = args[i]
+    if arg.startswith("--config."):
+      if "=" in arg:
+        key, text = arg[len("--config."):].split("=", 1)
+      elif i + 1 < len(args):
+        key, text = arg[len("--config."):], args[i + 1]
+        i += 1
+      else:
+        raise errors.UserError(f"{arg}: missing value (use {arg}=VALUE)")
+      override(c, key, text)
+    else:
+      rest.append(arg)
+    i += 1
+  return rest
+
+
+def _check(problems: list[str], ok: bool, message: str) -> None:
+  if not ok:
+    problems.append(message)
+
+
+def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
+  """Raises UserError listing every problem in `c`, one per line."""
+  p: list[str] = []
+  m, g, r, t = c.model, c.grpo, c.rollout, c.train
+  _check(p, m.dtype in DTYPES, f"model.dtype={m.dtype!r}: use one of {DTYPES}")
+  _check(p, c.lora.rank >= 1, f"lora.rank={c.lora.rank}: must be >= 1 (32 is typical)")
+  _check(p, c.lora.alpha > 0, f"lora.alpha={c.lora.alpha}: must be > 0 (usually equal to lora.rank)")
+  try:
+    pattern = re.compile(c.lora.targets)
+    matched = [n for n in LORA_MODULES if pattern.search(f"layers.0.attn.{n}") or pattern.search(f"layers.0.mlp.{n}")]
+    _check(p, bool(matched), f"lora.targets={c.lora.targets!r} matches no module; choose from {'|'.join(LORA_MODULES)}")
+  except re.error as e:
+    p.append(f"lora.targets={c.lora.targets!r} is not a regex ({e})")
+
+  _check(p, g.algorithm in ALGORITHMS, f"grpo.algorithm={g.algorithm!r}: use one of {ALGORITHMS}")
+  _check(p, g.num_generations >= 2, f"grpo.num_generations={g.num_generations}: GRPO needs >= 2 completions per prompt to compare")
+  _check(p, g.num_iterations >= 1, f"grpo.num_iterations={g.num_iterations}: must be >= 1")
+  _check(p, g.beta >= 0, f"grpo.beta={g.beta}: must be >= 0 (0 disables the KL term)")
+  _check(p, 0 < g.epsilon < 1, f"grpo.epsilon={g.epsilon}: must be in (0, 1); 0.2 is typical")
+  _check(p, g.epsilon_high >= g.epsilon, f"grpo.epsilon_high={g.epsilon_high}: must be >= grpo.epsilon={g.epsilon}")
+  _check(p, g.algorithm != "dapo" or g.beta == 0, f"grpo.beta={g.beta}: DAPO has no KL term; set --config.grpo.beta=0")
+  _check(p, 0 <= g.overlong_buffer < r.max_new_tokens, f"grpo.overlong_buffer={g.overlong_buffer}: must be in [0, rollout.max_new_tokens={r.max_new_tokens})")
+  _check(p, g.max_resample_rounds >= 0, f"grpo.max_resample_rounds={g.max_resample_rounds}: must be >= 0")
+
+  _check(p, r.temperature > 0, f"rollout.temperature={r.temperature}: must be > 0; greedy rollouts make every completion of a group identical (zero advantage)")
+  _check(p, 0 < r.top_p <= 1, f"rollout.top_p={r.top_p}: must be in (0, 1]")
+  _check(p, r.top_k >= 0, f"rollout.top_k={r.top_k}: must be >= 0 (0 = no top-k)")
+  _check(p, r.max_prompt_length >= 8, f"rollout.max_prompt_length={r.max_prompt_length}: too small for the instruction; use >= 128")
+  _check(p, r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens}: must be >= 1")
+  need = r.max_prompt_length + max(r.max_new_tokens, c.eval.max_new_tokens)
+  _check(p, r.kv_cache_size >= need, f"rollout.kv_cache_size={r.kv_cache_size}: must hold max_prompt_length + max_new_tokens = {need}; set --config.rollout.kv_cache_size={need}")
+
+  _check(p, c.optim.peak_lr > 0, f"optim.peak_lr={c.optim.peak_lr}: must be > 0")
+  _check(p, 0 <= c.optim.warmup_fraction < 1, f"optim.warmup_fraction={c.optim.warmup_fraction}: warmup must end before train.max_steps; use a value in [0, 1)")
+  _check(p, c.optim.max_grad_norm > 0, f"optim.max_grad_norm={c.optim.max_grad_norm}: must be > 0")
+  _check(p, 0 <= c.optim.b1 < 1 and 0 <= c.optim.b2 < 1, f"optim.b1={c.optim.b1}, optim.b2={c.optim.b2}: must be in [0, 1)")
+  _check(p, c.optim.weight_decay >= 0, f"optim.weight_decay={c.optim.weight_decay}: must be >= 0")
+
+  _check(p, t.max_steps >= 1, f"train.max_steps={t.max_steps}: must be >= 1")
+  _check(p, t.batch_size >= 1, f"train.batch_size={t.batch_size}: must be >= 1 prompt")
+  micro = t.micro_batch_size or t.batch_size
+  _check(p, micro >= 1 and t.batch_size % micro == 0, f"train.micro_batch_size={t.micro_batch_size}: must divide train.batch_size={t.batch_size}")
+
+  _check(p, c.eval.every_steps >= 0, f"eval.every_steps={c.eval.every_steps}: must be >= 0 (0 = never)")
+  _check(p, c.eval.num_examples <= c.data.num_heldout, f"eval.num_examples={c.eval.num_examples}: exceeds data.num_heldout={c.data.num_heldout}")
+  _check(p, c.eval.batch_size >= 1, f"eval.batch_size={c.eval.batch_size}: must be >= 1")
+  _check(p, c.data.num_heldout >= 0, f"data.num_heldout={c.data.num_heldout}: must be >= 0")
+  _check(p, c.data.max_examples >= 0, f"data.max_examples={c.data.max_examples}: must be >= 0 (0 = all)")
+  _check(p, c.ckpt.every_steps >= 1, f"ckpt.every_steps={c.ckpt.every_steps}: must be >= 1")
+  _check(p, c.ckpt.keep >= 1, f"ckpt.keep={c.ckpt.keep}: must keep >= 1 checkpoint")
+  _check(p, c.log.flush_every_steps >= 1, f"log.flush_every_steps={c.log.flush_every_steps}: must be >= 1")
+
+  if num_devices is not None:
+    try:
+      mesh_shape(c.mesh, num_devices)
+    except errors.UserError as e:
+      p.append(str(e))
+  p.extend(_reward_problems(c.rewards))
+  if p:
+    raise errors.UserError("\n".join(p))
+
+
+def _reward_problems(c: ml_collections.ConfigDict) -> list[str]:
+  from gemma_grpo import rewards  # pylint: disable=g-import-not-at-top
+
+  try:
+    rewards.build_reward_fns(c.preset, dict(c.weights))
+  except ValueError as e:
+    return [str(e)]
+  return []
+
+
+def mesh_shape(c: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int]:
+  """(fsdp, tp) with -1 resolved; raises UserError if it cannot fill the devices."""
+  fsdp, tp = c.fsdp, c.tp
+  if fsdp == -1 and tp == -1:
+    raise errors.UserError("mesh.fsdp and mesh.tp are both -1; fix one of them")
+  for name, v in (("fsdp", fsdp), ("tp", tp)):
+    if v == 0 or v < -1:
+      raise errors.UserError(f"mesh.{name}={v}: use a positive size or -1")
+  if fsdp == -1:
+    fsdp, rem = divmod(num_devices, tp)
+  elif tp == -1:
+    tp, rem = divmod(num_devices, fsdp)
+  else:
+    rem = 0
+  if rem or fsdp * tp != num_devices:
+    raise errors.UserError(
+        f"mesh.fsdp={c.fsdp} x mesh.tp={c.tp} does not fill the {num_devices}"
+        f" available devices; make the product {num_devices} (or use -1 for one"
+        " of them)"
+    )
+  return fsdp, tp
+
+
+def save(c: ml_collections.ConfigDict, path: str | os.PathLike) -> None:
+  """Writes the resolved config beside the run (no secrets live in configs)."""
+  pathlib.Path(path).write_text(c.to_json_best_effort(indent=2) + "\n")
+
+
+# --- Tunix and optax objects built from a validated config -----------------
+
+
+def optimizer(c: ml_collections.ConfigDict, max_steps: int):
+  """Global-norm clip, then AdamW on a linear-warmup cosine schedule from 0.
+
+  The learning rate is injected as a hyperparameter so Tunix logs it.
+  """
+  import optax  # pylint: disable=g-import-not-at-top
+
+  warmup = int(c.warmup_fraction * max_steps)
+  schedule = optax.warmup_cosine_decay_schedule(
+      init_value=0.0, peak_value=c.peak_lr, warmup_steps=warmup,
+      decay_steps=max(max_steps, warmup + 1), end_value=c.end_lr,
+  )
+
+  def clipped_adamw(learning_rate):
+    return optax.chain(
+        optax.clip_by_global_norm(c.max_grad_norm),
+        optax.adamw(learning_rate, b1=c.b1, b2=c.b2, weight_decay=c.weight_decay),
+    )
+
+  return optax.inject_hyperparams(clipped_adamw)(learning_rate=schedule)
+
+
+def rollout_configs(c: ml_collections.ConfigDict, stop_token_ids: list[int]):
+  """{TRAIN: sampled rollouts, EVAL: greedy decoding} for Tunix's RLCluster."""
+  from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
+  from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
+
+  r = c.rollout
+  common = dict(
+      max_prompt_length=r.max_prompt_length,
+      kv_cache_size=r.kv_cache_size,
+      eos_tokens=list(stop_token_ids),
+  )
+  train = base_rollout.RolloutConfig(
+      max_tokens_to_generate=r.max_new_tokens,
+      temperature=r.temperature,
+      top_p=r.top_p,
+      top_k=r.top_k or None,
+      **common,
+  )
+  # top_p=None selects Tunix's greedy sampler.
+  evaluation = base_rollout.RolloutConfig(
+      max_tokens_to_generate=c.eval.max_new_tokens, top_p=None, top_k=None,
+      **common,
+  )
+  return {rl_cluster_lib.Mode.TRAIN: train, rl_cluster_lib.Mode.EVAL: evaluation}
+
+
+def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
+                   stop_token_ids: list[int]):
+  """Tunix's ClusterConfig: actor, reference and vanilla rollout on one mesh."""
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
+  from tunix.sft import metrics_logger  # pylint: disable=g-import-not-at-top
+
+  t = c.train
+  training = rl_cluster_lib.RLTrainingConfig(
+      actor_optimizer=optimizer(c.optim, t.max_steps),
+      max_steps=t.max_steps,
+      mini_batch_size=t.batch_size,
+      train_micro_batch_size=t.micro_batch_size or t.batch_size,
+      # In-training evaluation is ours (greedy, with accuracy); Tunix's only
+      # recomputes the loss, so it never runs.
+      eval_every_n_steps=10**9,
+      checkpoint_root_directory=str(pathlib.Path(workdir) / "checkpoints"),
+      checkpointing_options=ocp.CheckpointManagerOptions(
+          # Checkpoints are written by hooks.RunHooks after a finiteness check.
+          save_decision_policy=ocp.checkpoint_managers.SpecificStepsPolicy(steps=()),
+          max_to_keep=c.ckpt.keep,
+      ),
+      metrics_logging_options=metrics_logger.MetricsLoggerOptions(
+          log_dir=str(pathlib.Path(workdir) / "tensorboard"),
+          flush_every_n_steps=c.log.flush_every_steps,
+          backend_kwargs={"custom_backend": [lambda: writer]},
+      ),
+      data_sharding_axis=("fsdp",),
+  )
+  roles = rl_cluster_lib.Role
+  return rl_cluster_lib.ClusterConfig(
+      role_to_mesh={roles.ACTOR: mesh, roles.REFERENCE: mesh, roles.ROLLOUT: mesh},
+      rollout_engine="vanilla",
+      offload_to_cpu=False,
+      training_config=training,
+      rollout_config=rollout_configs(c, stop_token_ids),
+  )
+
+
+def _assign(node: ml_collections.ConfigDict, values: dict, prefix: str) -> None:
+  for key, value in values.items():
+    if key not in node:
+      raise errors.UserError(f"{prefix}{key}: not a config key of this version")
+    if isinstance(node[key], ml_collections.ConfigDict):
+      _assign(node[key], value, f"{prefix}{key}.")
+    else:
+      with node.unlocked():
+        node[key] = tuple(value) if isinstance(node[key], tuple) else value
+
+
+def load_saved(path: str | os.PathLike) -> ml_collections.ConfigDict:
+  """The config a run saved as JSON, rebuilt on top of base (types kept)."""
+  import json  # pylint: disable=g-import-not-at-top
+  from configs import base  # pylint: disable=g-import-not-at-top
+
+  file = pathlib.Path(path)
+  if not file.is_file():
+    raise errors.UserError(f"{file}: missing; is this a gemma-grpo work directory?")
+  try:
+    values = json.loads(file.read_text())
+  except json.JSONDecodeError as e:
+    raise errors.UserError(f"{file}: not valid JSON ({e.msg})") from None
+  c = base.get_config()
+  _assign(c, values, "")
+  return c

@@ -1,0 +1,206 @@
+"""Math word problems -> grain datasets of {prompts, answer} batches.
+
+Sources (`data.source`):
+  gsm8k                    openai/gsm8k from the hub (cached by huggingface_hub)
+  /path/file.jsonl|.parquet GSM8K's own format: question, answer "...#### 72"
+  reasoning_gym:<task>     offline procedural problems (e.g. gsm_symbolic)
+
+GSM-Symbolic's templates come from GSM8K *test* questions: a model trained on
+it must not be scored on GSM8K test as if that test were unseen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import random
+import re
+
+from absl import logging
+import ml_collections
+import numpy as np
+
+from gemma_grpo import errors
+from gemma_grpo import prompts
+
+GSM8K_HUB_ID = "openai/gsm8k"
+_CALCULATOR = re.compile(r"<<[^<>]*>>")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+  question: str
+  answer: str  # gold final answer, e.g. "72"
+  solution: str = ""  # worked reasoning, when the source has one (for SFT)
+
+
+def parse_gsm8k_answer(text: str) -> tuple[str, str]:
+  """(reasoning without calculator annotations, gold number) of a GSM8K answer."""
+  reasoning, sep, final = text.rpartition("####")
+  if not sep:
+    raise ValueError("no '####' before the final answer")
+  gold = final.strip().replace(",", "")
+  if not gold:
+    raise ValueError("empty final answer after '####'")
+  return _CALCULATOR.sub("", reasoning).strip(), gold
+
+
+def _problem(record: dict, where: str) -> Problem:
+  if not isinstance(record, dict):
+    raise errors.UserError(f"{where}: expected a JSON object with 'question' and 'answer'")
+  missing = [k for k in ("question", "answer") if not isinstance(record.get(k), str)]
+  if missing:
+    raise errors.UserError(f"{where}: missing string field(s) {missing} (GSM8K format: question, answer '...#### 72')")
+  try:
+    solution, gold = parse_gsm8k_answer(record["answer"])
+  except ValueError as e:
+    raise errors.UserError(f"{where}: answer {record['answer'][-40:]!r}: {e}") from None
+  return Problem(record["question"], gold, solution)
+
+
+def read_jsonl(path: pathlib.Path) -> list[Problem]:
+  problems = []
+  with open(path, encoding="utf-8") as f:
+    for number, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise errors.UserError(f"{path}:{number}: malformed JSON ({e.msg}); fix or remove that line") from None
+      problems.append(_problem(record, f"{path}:{number}"))
+  return problems
+
+
+def read_parquet(path: pathlib.Path) -> list[Problem]:
+  import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
+
+  try:
+    rows = pq.read_table(path, columns=["question", "answer"]).to_pylist()
+  except Exception as e:  # pylint: disable=broad-exception-caught
+    raise errors.UserError(f"{path}: cannot read as GSM8K parquet ({e})") from None
+  return [_problem(r, f"{path}: row {i}") for i, r in enumerate(rows)]
+
+
+def read_file(path: pathlib.Path) -> list[Problem]:
+  if not path.is_file():
+    raise errors.UserError(f"data.source: no such file {path}")
+  if not os.access(path, os.R_OK):
+    raise errors.UserError(f"data.source: {path} is not readable")
+  if path.suffix == ".parquet":
+    return read_parquet(path)
+  return read_jsonl(path)
+
+
+def load_gsm8k_hub(split: str) -> list[Problem]:
+  import huggingface_hub  # pylint: disable=g-import-not-at-top
+
+  try:
+    path = huggingface_hub.hf_hub_download(
+        GSM8K_HUB_ID, f"main/{split}-00000-of-00001.parquet", repo_type="dataset"
+    )
+  except Exception as e:  # pylint: disable=broad-exception-caught
+    raise errors.UserError(
+        f"data.source=gsm8k: cannot download {GSM8K_HUB_ID} split {split!r}"
+        f" ({type(e).__name__}); pass a local GSM8K .jsonl/.parquet path or"
+        " reasoning_gym:gsm_symbolic"
+    ) from None
+  return read_parquet(pathlib.Path(path))
+
+
+def load_reasoning_gym(task: str, size: int, seed: int) -> list[Problem]:
+  import reasoning_gym  # pylint: disable=g-import-not-at-top
+
+  try:
+    items = reasoning_gym.create_dataset(task, size=size, seed=seed)
+  except ValueError as e:
+    raise errors.UserError(f"data.source=reasoning_gym:{task}: {e}") from None
+  problems = []
+  for item in items:
+    cot = item.get("metadata", {}).get("answer_cot", "")
+    solution = parse_gsm8k_answer(cot)[0] if "####" in cot else cot
+    problems.append(Problem(item["question"], str(item["answer"]).strip(), solution))
+  return problems
+
+
+def load_problems(source: str, *, split: str = "train", size: int = 2000, seed: int = 1234) -> list[Problem]:
+  """Every problem of a source, in the source's order."""
+  if source == "gsm8k":
+    problems = load_gsm8k_hub(split)
+  elif source.startswith("reasoning_gym:"):
+    problems = load_reasoning_gym(source.split(":", 1)[1], size, seed)
+  else:
+    problems = read_file(pathlib.Path(os.path.expanduser(source)))
+  if not problems:
+    raise errors.UserError(f"data.source={source!r}: no problems found")
+  return problems
+
+
+def token_length(tokenizer, text: str) -> int:
+  if hasattr(tokenizer, "EncodeAsIds"):  # sentencepiece
+    return len(tokenizer.EncodeAsIds(text)) + 1  # + <bos>
+  return len(tokenizer(text).input_ids)
+
+
+def fit_prompts(problems: list[Problem], tokenizer, max_prompt_length: int) -> list[Problem]:
+  """Drops (and counts) problems whose prompt exceeds the limit, never truncates."""
+  kept = [p for p in problems if token_length(tokenizer, prompts.render_prompt(p.question)) <= max_prompt_length]
+  dropped = len(problems) - len(kept)
+  if dropped:
+    logging.warning("Dropped %d of %d problems longer than rollout.max_prompt_length=%d tokens", dropped, len(problems), max_prompt_length)
+  if not kept:
+    raise errors.UserError(
+        f"rollout.max_prompt_length={max_prompt_length}: every prompt is longer;"
+        " raise it (and rollout.kv_cache_size)"
+    )
+  return kept
+
+
+@dataclasses.dataclass
+class Splits:
+  train: list[Problem]
+  heldout: list[Problem]
+  dropped: int
+
+
+def build_splits(c: ml_collections.ConfigDict, tokenizer, max_prompt_length: int) -> Splits:
+  """Shuffled (seeded) problems, the first `num_heldout` kept out of training."""
+  problems = load_problems(c.source, split=c.split, size=c.reasoning_gym_size, seed=c.reasoning_gym_seed)
+  fitted = fit_prompts(problems, tokenizer, max_prompt_length)
+  random.Random(c.shuffle_seed).shuffle(fitted)
+  heldout, train = fitted[:c.num_heldout], fitted[c.num_heldout:]
+  if c.max_examples:
+    train = train[:c.max_examples]
+  if not train:
+    raise errors.UserError(
+        f"data: no training problems left after holding out {c.num_heldout};"
+        " lower data.num_heldout or use a larger source"
+    )
+  return Splits(train, heldout, len(problems) - len(fitted))
+
+
+def to_batch(problems: list[Problem]) -> dict[str, np.ndarray]:
+  """Tunix's learner wants numpy columns; lists break inside it."""
+  return {
+      "prompts": np.array([prompts.render_prompt(p.question) for p in problems]),
+      "answer": np.array([p.answer for p in problems]),
+  }
+
+
+def train_batches(problems: list[Problem], batch_size: int, seed: int):
+  """An endless grain dataset of batches; epoch e is shuffled with (seed, e).
+
+  Deterministic, so a resumed run that skips k batches sees exactly the
+  batches the uninterrupted run saw after step k.
+  """
+  import grain  # pylint: disable=g-import-not-at-top
+
+  if len(problems) < batch_size:
+    raise errors.UserError(
+        f"train.batch_size={batch_size}: only {len(problems)} training problems;"
+        " lower the batch size or add data"
+    )
+  ds = grain.MapDataset.source(problems).shuffle(seed=seed).repeat(None)
+  return ds.batch(batch_size, drop_remainder=True, batch_fn=to_batch)

@@ -1,0 +1,151 @@
+"""What happens between training steps: checks, checkpoints, evals, signals.
+
+Tunix's trainer calls `on_train_end` once per RL step, after that step's
+update has been computed. That is the one safe point where the parameters are
+known, so checkpoints are written from here (never by Tunix's own policy) and
+only after the parameters are checked to be finite: a NaN can stop a run, but
+it can never overwrite the last good checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from typing import Callable, Iterable, Iterator
+
+from absl import logging
+import jax
+from flax import nnx
+import numpy as np
+from tunix.sft import hooks as tunix_hooks
+
+from gemma_grpo import metrics as metrics_lib
+
+
+class NonFiniteError(RuntimeError):
+  """Training produced NaN or Inf; the message names the step."""
+
+
+class StopSignal:
+  """SIGTERM/SIGINT ask training to stop at the next safe point.
+
+  TPU VMs are preempted with SIGTERM. The first signal lets the current step
+  finish and be checkpointed; a second SIGINT interrupts at once.
+  """
+
+  def __init__(self):
+    self.signum: int | None = None
+    self._previous = {}
+
+  @property
+  def requested(self) -> bool:
+    return self.signum is not None
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.signum is not None and signum == signal.SIGINT:
+      raise KeyboardInterrupt
+    self.signum = signum
+    logging.warning(
+        "%s received: finishing the current step, then checkpointing and"
+        " exiting (press Ctrl-C again to abort now)",
+        signal.Signals(signum).name,
+    )
+
+  def install(self) -> "StopSignal":
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def uninstall(self) -> None:
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+    self._previous.clear()
+
+  def guard(self, batches: Iterable) -> Iterator:
+    """Yields batches until a stop is requested; Tunix then ends the run."""
+    for batch in batches:
+      if self.requested:
+        return
+      yield batch
+
+
+def params_are_finite(model) -> bool:
+  """True when every trainable (LoRA) parameter is finite."""
+  leaves = jax.tree.leaves(nnx.state(model, nnx.LoRAParam))
+  return all(bool(np.isfinite(np.asarray(x)).all()) for x in leaves)
+
+
+class RunHooks(tunix_hooks.TrainingHooks):
+  """Per-step checks, checkpointing, timing and in-training evaluation."""
+
+  def __init__(
+      self,
+      *,
+      writer: metrics_lib.Writer,
+      max_steps: int,
+      checkpoint_every: int,
+      eval_every: int,
+      evaluate: Callable[[], dict[str, float]] | None,
+      stop: StopSignal,
+  ):
+    self._writer = writer
+    self._max_steps = max_steps
+    self._checkpoint_every = checkpoint_every
+    self._eval_every = eval_every
+    self._evaluate = evaluate
+    self._stop = stop
+    self._last_time = None
+    self.last_good_step: int | None = None
+
+  def on_train_start(self, train_ctx):
+    if self._last_time is None:
+      self._last_time = time.perf_counter()
+
+  def on_train_step_start(self, train_ctx):
+    pass
+
+  def on_train_step_end(self, train_ctx, train_step, train_loss):
+    # Called one step late by Tunix, with the loss of `train_step`.
+    if train_loss is not None and not math.isfinite(float(train_loss)):
+      raise NonFiniteError(f"step {train_step}: loss is {float(train_loss)}")
+
+  def on_eval_step_start(self, train_ctx):
+    pass
+
+  def on_eval_step_end(self, train_ctx, eval_loss):
+    pass
+
+  def on_train_end(self, train_ctx):
+    step = train_ctx.train_steps
+    now = time.perf_counter()
+    if self._last_time is not None:
+      self._writer.scalar("perf/step_seconds", now - self._last_time, step)
+    if not params_are_finite(train_ctx.model):
+      raise NonFiniteError(
+          f"step {step}: LoRA parameters became NaN/Inf (loss or gradient"
+          " norm overflowed)"
+      )
+    last = step >= self._max_steps
+    if last or self._stop.requested or step % self._checkpoint_every == 0:
+      save_checkpoint(train_ctx, step)
+      self.last_good_step = step
+    if self._evaluate is not None and self._eval_every and (
+        step % self._eval_every == 0 or last
+    ):
+      self._writer.scalars(self._evaluate(), step)
+    self._writer.finish_through(step - 1)
+    self._last_time = time.perf_counter()
+
+
+def save_checkpoint(trainer, step: int) -> None:
+  """Saves the LoRA parameters and optimizer state of `trainer` as `step`."""
+  trainer.checkpoint_manager.save(
+      step,
+      trainer.model,
+      trainer.optimizer,
+      save_only_lora_params=True,
+      force=True,
+      custom_metadata=trainer.custom_checkpoint_metadata(),
+  )
