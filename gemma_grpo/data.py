@@ -138,15 +138,9 @@ def load_problems(source: str, *, split: str = "train", size: int = 2000, seed: 
   return problems
 
 
-def token_length(tokenizer, text: str) -> int:
-  if hasattr(tokenizer, "EncodeAsIds"):  # sentencepiece
-    return len(tokenizer.EncodeAsIds(text)) + 1  # + <bos>
-  return len(tokenizer(text).input_ids)
-
-
 def fit_prompts(problems: list[Problem], tokenizer, max_prompt_length: int) -> list[Problem]:
   """Drops (and counts) problems whose prompt exceeds the limit, never truncates."""
-  kept = [p for p in problems if token_length(tokenizer, prompts.render_prompt(p.question)) <= max_prompt_length]
+  kept = [p for p in problems if len(tokenizer.encode(prompts.render_prompt(p.question))) <= max_prompt_length]
   dropped = len(problems) - len(kept)
   if dropped:
     logging.warning("Dropped %d of %d problems longer than rollout.max_prompt_length=%d tokens", dropped, len(problems), max_prompt_length)

@@ -25,9 +25,9 @@ import ml_collections
 
 from gemma_grpo import errors
 from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import tokenizer as tokenizer_lib
 
 OFFLINE_270M = "gguf:gemma-3-270m"
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 
 
 @dataclasses.dataclass
@@ -35,7 +35,7 @@ class Loaded:
   """A model ready for LoRA, with where it came from."""
 
   model: Any  # tunix.models.gemma3.model.Gemma3
-  tokenizer: Any  # transformers tokenizer or sentencepiece processor
+  tokenizer: tokenizer_lib.Tokenizer
   model_dir: pathlib.Path | None  # HF directory of the weights; None if random
   tokenizer_dir: pathlib.Path
 
@@ -182,27 +182,6 @@ def random_hf_config(r: ml_collections.ConfigDict) -> dict:
   )
 
 
-def load_tokenizer(path: pathlib.Path):
-  """The checkpoint's own tokenizer: tokenizer.json, else tokenizer.model."""
-  if (path / "tokenizer.json").exists():
-    from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
-
-    return AutoTokenizer.from_pretrained(str(path))
-  if (path / "tokenizer.model").exists():
-    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-
-    tok = spm.SentencePieceProcessor(model_file=str(path / "tokenizer.model"))
-    if tok.pad_id() < 0:
-      raise errors.UserError(
-          f"model: {path / 'tokenizer.model'} defines no pad id; Gemma's has"
-          " pad=0. Use a tokenizer.json instead."
-      )
-    return tok
-  raise errors.UserError(
-      f"model: no tokenizer in {path} (expected one of {_TOKENIZER_FILES})."
-  )
-
-
 def build(c: ml_collections.ConfigDict, mesh) -> Loaded:
   """Loads (or randomly initialises) Gemma-3 on `mesh`, with its tokenizer."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
@@ -223,14 +202,6 @@ def build(c: ml_collections.ConfigDict, mesh) -> Loaded:
         str(model_dir), config, mesh=mesh, dtype=jnp.dtype(c.dtype)
     )
     tokenizer_dir = model_dir
-  tokenizer = load_tokenizer(tokenizer_dir)
+  tokenizer = tokenizer_lib.load(tokenizer_dir)
   return Loaded(model, tokenizer, model_dir, tokenizer_dir)
 
-
-def stop_token_ids(tokenizer) -> list[int]:
-  """<eos> and <end_of_turn>: Gemma ends a chat turn with the latter."""
-  if hasattr(tokenizer, "piece_to_id"):  # sentencepiece
-    ids = [tokenizer.eos_id(), tokenizer.piece_to_id("<end_of_turn>")]
-  else:
-    ids = [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<end_of_turn>")]
-  return sorted({i for i in ids if i is not None and i >= 0})

@@ -40,8 +40,10 @@ def train(c: ml_collections.ConfigDict, workdir: str) -> int:
   from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import rewards  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   config_lib.validate(c, jax.device_count())
+  mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
   work = pathlib.Path(workdir)
   work.mkdir(parents=True, exist_ok=True)
   is_chief = jax.process_index() == 0
@@ -56,7 +58,7 @@ def train(c: ml_collections.ConfigDict, workdir: str) -> int:
   logging.info("data: %d train, %d held-out problems (%d dropped as too long)",
                len(splits.train), len(splits.heldout), splits.dropped)
   reward_fns = rewards.build_reward_fns(c.rewards.preset, dict(c.rewards.weights))
-  stop_ids = model_lib.stop_token_ids(loaded.tokenizer)
+  stop_ids = tokenizer_lib.stop_token_ids(loaded.tokenizer)
 
   writer = metrics_lib.Writer(
       work / "tensorboard", flush_every_steps=c.log.flush_every_steps,

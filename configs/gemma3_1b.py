@@ -1,0 +1,41 @@
+"""GRPO on GSM8K for google/gemma-3-1b-it with the reference hyperparameters.
+
+  export HF_TOKEN=...   # gemma-3-1b-it is gated: accept its licence first
+  python -m gemma_grpo.train --config configs/gemma3_1b.py --workdir runs/g1b
+Needs the hub (weights and openai/gsm8k). Sized for an accelerator: 100 steps
+of 4 prompts x 2 completions x up to 512 tokens (see BENCHMARKS.md for
+measured step times); on a TPU VM see launch/README.md.
+"""
+
+from configs import base
+
+
+def get_config():
+  c = base.get_config()
+  c.model.source = "hf:google/gemma-3-1b-it"
+  c.model.dtype = "bfloat16"
+  c.lora.rank = 32  # r
+  c.lora.alpha = 32.0  # scale alpha / r = 1
+  c.data.source = "gsm8k"
+  c.data.shuffle_seed = 42
+  c.optim.peak_lr = 3e-6
+  c.optim.warmup_fraction = 0.1  # 10 of 100 steps, linear from 0
+  c.optim.max_grad_norm = 0.1
+  c.optim.weight_decay = 0.1
+  c.optim.b1, c.optim.b2 = 0.9, 0.99
+  c.train.max_steps = 100
+  c.train.batch_size = 4  # prompts per step
+  c.grpo.num_generations = 2  # G
+  c.grpo.num_iterations = 1  # mu
+  c.grpo.beta = 0.08  # KL weight
+  c.grpo.epsilon = 0.2
+  c.rollout.temperature = 0.9
+  c.rollout.top_p = 1.0
+  c.rollout.top_k = 50
+  c.rollout.max_prompt_length = 256
+  c.rollout.max_new_tokens = 512
+  c.rollout.kv_cache_size = 1024
+  c.eval.every_steps = 25
+  c.eval.max_new_tokens = 512
+  c.log.flush_every_steps = 10
+  return c

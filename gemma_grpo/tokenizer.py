@@ -1,0 +1,129 @@
+"""The checkpoint's own tokenizer behind one small interface.
+
+`tokenizer.json` is read with the Rust `tokenizers` library directly:
+transformers' AutoTokenizer would give the same ids but adds ~10 s of imports
+and loading to every start. A sentencepiece `tokenizer.model` is the fallback.
+Tunix accepts any object with encode/decode/bos_id/eos_id/pad_id.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Sequence
+
+from gemma_grpo import errors
+
+_GEMMA_SPECIALS = {"pad": "<pad>", "eos": "<eos>", "bos": "<bos>"}
+
+
+class JsonTokenizer:
+  """A `tokenizer.json` tokenizer; encode() adds <bos> like HF's does."""
+
+  def __init__(self, directory: pathlib.Path):
+    import tokenizers  # pylint: disable=g-import-not-at-top
+
+    self._tok = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
+    self._ids = {}
+    names = _special_token_names(directory)
+    for role, default in _GEMMA_SPECIALS.items():
+      piece = names.get(role, default)
+      self._ids[role] = self._tok.token_to_id(piece) if piece else None
+    if self._ids["pad"] is None:
+      raise errors.UserError(f"model: {directory}/tokenizer.json defines no pad token")
+
+  def encode(self, text: str, add_bos: bool = True) -> list[int]:
+    return self._tok.encode(text, add_special_tokens=add_bos).ids
+
+  def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+    return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+  def bos_id(self) -> int | None:
+    return self._ids["bos"]
+
+  def eos_id(self) -> int | None:
+    return self._ids["eos"]
+
+  def pad_id(self) -> int:
+    return self._ids["pad"]
+
+  def token_id(self, piece: str) -> int | None:
+    return self._tok.token_to_id(piece)
+
+  def vocab_size(self) -> int:
+    return self._tok.get_vocab_size(with_added_tokens=True)
+
+
+class SentencePieceTokenizer:
+  """A sentencepiece `tokenizer.model`; encode() adds <bos>."""
+
+  def __init__(self, path: pathlib.Path):
+    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+
+    self._sp = spm.SentencePieceProcessor(model_file=str(path))
+    if self._sp.pad_id() < 0:
+      raise errors.UserError(
+          f"model: {path} defines no pad id (Gemma's has pad=0); use a"
+          " tokenizer.json instead"
+      )
+
+  def encode(self, text: str, add_bos: bool = True) -> list[int]:
+    ids = self._sp.EncodeAsIds(text)
+    return [self._sp.bos_id(), *ids] if add_bos and self._sp.bos_id() >= 0 else ids
+
+  def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+    del skip_special_tokens  # sentencepiece never renders control pieces
+    return self._sp.DecodeIds(list(ids))
+
+  def bos_id(self) -> int | None:
+    return self._sp.bos_id() if self._sp.bos_id() >= 0 else None
+
+  def eos_id(self) -> int | None:
+    return self._sp.eos_id() if self._sp.eos_id() >= 0 else None
+
+  def pad_id(self) -> int:
+    return self._sp.pad_id()
+
+  def token_id(self, piece: str) -> int | None:
+    i = self._sp.piece_to_id(piece)
+    return None if i == self._sp.unk_id() and piece != self._sp.id_to_piece(i) else i
+
+  def vocab_size(self) -> int:
+    return self._sp.GetPieceSize()
+
+
+Tokenizer = JsonTokenizer | SentencePieceTokenizer
+
+
+def _special_token_names(directory: pathlib.Path) -> dict[str, str]:
+  """bos/eos/pad token strings from tokenizer_config.json, if it names them."""
+  config = directory / "tokenizer_config.json"
+  if not config.exists():
+    return {}
+  values = json.loads(config.read_text())
+  names = {}
+  for role in _GEMMA_SPECIALS:
+    value = values.get(f"{role}_token")
+    if isinstance(value, dict):
+      value = value.get("content")
+    if isinstance(value, str):
+      names[role] = value
+  return names
+
+
+def load(directory: str | pathlib.Path) -> Tokenizer:
+  """The tokenizer in `directory`: tokenizer.json, else tokenizer.model."""
+  directory = pathlib.Path(directory)
+  if (directory / "tokenizer.json").exists():
+    return JsonTokenizer(directory)
+  if (directory / "tokenizer.model").exists():
+    return SentencePieceTokenizer(directory / "tokenizer.model")
+  raise errors.UserError(
+      f"model: no tokenizer in {directory} (expected tokenizer.json or tokenizer.model)"
+  )
+
+
+def stop_token_ids(tok: Tokenizer) -> list[int]:
+  """<eos> and <end_of_turn>: Gemma ends a chat turn with the latter."""
+  ids = {tok.eos_id(), tok.token_id("<end_of_turn>")}
+  return sorted(i for i in ids if i is not None and i >= 0)

@@ -1,0 +1,66 @@
+"""Shared test setup: a simulated 8-device CPU and runs of the CLI.
+
+XLA_FLAGS must be set before JAX is imported anywhere, which is why it lives
+here. Subprocess runs of the CLI get a single device unless a test asks.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Compiled programs are shared by every test and CLI subprocess of a session.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.expanduser("~/.cache/gemma_grpo/xla"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
+
+
+def cli_env(devices: int = 1) -> dict[str, str]:
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+  env["PYTHONUNBUFFERED"] = "1"
+  return env
+
+
+def run_cli(args: list[str], *, devices: int = 1, timeout: int = 600,
+            check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+  """Runs `python -m gemma_grpo.cli ARGS` in the repo, capturing output."""
+  proc = subprocess.run(
+      [sys.executable, "-m", "gemma_grpo.cli", *args],
+      cwd=REPO, env=cli_env(devices), capture_output=True, text=True,
+      timeout=timeout, check=False, **kwargs,
+  )
+  if check and proc.returncode != 0:
+    raise AssertionError(
+        f"gemma-grpo {' '.join(args)} exited {proc.returncode}\n"
+        f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
+    )
+  return proc
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> pathlib.Path:
+  """A work directory holding a finished 2-step run of configs/tiny.py.
+
+  Shared by every test that needs a trained policy; treat it as read-only
+  (copy it before resuming or corrupting it).
+  """
+  workdir = tmp_path_factory.mktemp("tiny_run") / "run"
+  run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
+           "--config.optim.peak_lr=0.05"])
+  return workdir
+
+
+@pytest.fixture(scope="session")
+def gsm8k_test_path() -> pathlib.Path:
+  path = GSM8K_DIR / "test.jsonl"
+  if not path.exists():
+    pytest.skip(f"{path} not present")
+  return path

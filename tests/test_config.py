@@ -1,0 +1,177 @@
+"""Config files, command-line overrides and validation."""
+
+import json
+import math
+
+import pytest
+
+from gemma_grpo import config as config_lib
+from gemma_grpo import errors
+
+CONFIGS = ["configs/tiny.py", "configs/gemma3_270m.py", "configs/gemma3_1b.py"]
+
+
+@pytest.fixture
+def tiny():
+  return config_lib.load("configs/tiny.py")
+
+
+@pytest.mark.parametrize("path", CONFIGS)
+def test_shipped_configs_load_and_validate(path):
+  c = config_lib.load(path)
+  config_lib.validate(c, num_devices=1)
+
+
+def test_gemma3_1b_holds_reference_hyperparameters():
+  c = config_lib.load("configs/gemma3_1b.py")
+  assert c.model.source == "hf:google/gemma-3-1b-it"
+  assert (c.lora.rank, c.lora.alpha) == (32, 32.0)
+  assert (c.optim.peak_lr, c.optim.warmup_fraction, c.optim.max_grad_norm) == (3e-6, 0.1, 0.1)
+  assert (c.optim.weight_decay, c.optim.b1, c.optim.b2) == (0.1, 0.9, 0.99)
+  assert c.train.max_steps == 100
+  g = c.grpo
+  assert (g.num_generations, g.num_iterations, g.beta, g.epsilon) == (2, 1, 0.08, 0.2)
+  r = c.rollout
+  assert (r.temperature, r.top_p, r.top_k) == (0.9, 1.0, 50)
+  assert (r.max_prompt_length, r.max_new_tokens, r.kv_cache_size) == (256, 512, 1024)
+  assert c.log.flush_every_steps == 10
+  assert c.data.shuffle_seed == 42
+
+
+@pytest.mark.parametrize("arg, key, expected", [
+    ("--config.grpo.beta=0.04", "grpo.beta", 0.04),
+    ("--config.grpo.beta=0", "grpo.beta", 0.0),  # an int where a float is due
+    ("--config.train.max_steps=7", "train.max_steps", 7),
+    ("--config.model.source=hf:google/gemma-3-1b-it", "model.source", "hf:google/gemma-3-1b-it"),
+    ("--config.grpo.dynamic_sampling=true", "grpo.dynamic_sampling", True),
+    ("--config.grpo.dynamic_sampling=0", "grpo.dynamic_sampling", False),
+    ("--config.rewards.weights.format_approx=0.25", "rewards.weights.format_approx", 0.25),
+])
+def test_override_converts_to_the_field_type(tiny, arg, key, expected):
+  assert config_lib.apply_overrides(tiny, [arg]) == []
+  value = tiny
+  for part in key.split("."):
+    value = value[part]
+  assert value == expected and type(value) is type(expected)
+
+
+def test_override_accepts_space_separated_value_and_returns_other_args(tiny):
+  rest = config_lib.apply_overrides(tiny, ["--config.train.max_steps", "9", "--other"])
+  assert tiny.train.max_steps == 9 and rest == ["--other"]
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("--config.grpo.betta=1", "unknown key 'betta'"),
+    ("--config.nope.x=1", "no section 'nope'"),
+    ("--config.train.max_steps=ten", "expected a int"),
+    ("--config.grpo.beta=high", "expected a float"),
+    ("--config.grpo.dynamic_sampling=maybe", "expected true or false"),
+    ("--config.grpo=1", "is a section"),
+    ("--config.train.max_steps", "missing value"),
+])
+def test_override_errors_name_the_key(tiny, arg, message):
+  with pytest.raises(errors.UserError, match=message):
+    config_lib.apply_overrides(tiny, [arg])
+
+
+def _invalid(c, device_count=1):
+  with pytest.raises(errors.UserError) as e:
+    config_lib.validate(c, num_devices=device_count)
+  return str(e.value).splitlines()
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("grpo.num_generations", 1, "grpo.num_generations=1"),
+    ("grpo.algorithm", "ppo", "grpo.algorithm='ppo'"),
+    ("grpo.beta", -0.1, "grpo.beta=-0.1"),
+    ("grpo.epsilon", 1.5, "grpo.epsilon=1.5"),
+    ("rollout.kv_cache_size", 100, "rollout.kv_cache_size=100"),
+    ("rollout.temperature", 0.0, "rollout.temperature=0.0"),
+    ("rollout.top_p", 0.0, "rollout.top_p=0.0"),
+    ("optim.warmup_fraction", 1.0, "optim.warmup_fraction=1.0"),
+    ("optim.peak_lr", 0.0, "optim.peak_lr=0.0"),
+    ("train.micro_batch_size", 3, "train.micro_batch_size=3"),
+    ("train.max_steps", 0, "train.max_steps=0"),
+    ("lora.rank", 0, "lora.rank=0"),
+    ("lora.targets", "embedder", "lora.targets='embedder' matches no module"),
+    ("lora.targets", "(", "is not a regex"),
+    ("model.dtype", "float16", "model.dtype='float16'"),
+    ("eval.num_examples", 99, "eval.num_examples=99"),
+    ("rewards.preset", "fancy", "rewards.preset"),
+    ("ckpt.keep", 0, "ckpt.keep=0"),
+])
+def test_validation_names_field_value_and_fix(tiny, field, value, needle):
+  section, key = field.split(".")
+  with tiny[section].unlocked():
+    tiny[section][key] = value
+  lines = _invalid(tiny)
+  assert any(needle in line for line in lines), lines
+
+
+def test_validation_reports_every_problem_at_once(tiny):
+  tiny.grpo.num_generations = 1
+  tiny.train.max_steps = 0
+  assert len(_invalid(tiny)) == 2
+
+
+def test_dapo_requires_no_kl(tiny):
+  tiny.grpo.algorithm = "dapo"
+  assert any("DAPO has no KL term" in line for line in _invalid(tiny))
+  tiny.grpo.beta = 0.0
+  config_lib.validate(tiny, num_devices=1)
+
+
+@pytest.mark.parametrize("fsdp, tp, devices, expected", [
+    (-1, 1, 8, (8, 1)),
+    (4, -1, 8, (4, 2)),
+    (2, 4, 8, (2, 4)),
+    (-1, 2, 4, (2, 2)),
+    (1, 1, 1, (1, 1)),
+])
+def test_mesh_shape_resolves_minus_one(tiny, fsdp, tp, devices, expected):
+  tiny.mesh.fsdp, tiny.mesh.tp = fsdp, tp
+  assert config_lib.mesh_shape(tiny.mesh, devices) == expected
+
+
+@pytest.mark.parametrize("fsdp, tp, devices", [(3, 1, 8), (-1, 3, 8), (-1, -1, 8), (0, 1, 8), (4, 4, 8)])
+def test_mesh_that_cannot_fill_the_devices_is_rejected(tiny, fsdp, tp, devices):
+  tiny.mesh.fsdp, tiny.mesh.tp = fsdp, tp
+  assert any(line.startswith("mesh.") for line in _invalid(tiny, devices))
+
+
+def test_saved_config_round_trips(tiny, tmp_path):
+  tiny.grpo.beta = 0.5
+  tiny.rewards.weights.format_exact = 2.0
+  config_lib.save(tiny, tmp_path / "config.json")
+  again = config_lib.load_saved(tmp_path / "config.json")
+  assert again.grpo.beta == 0.5 and again.rewards.weights.format_exact == 2.0
+  assert again.rewards.weights.answer_correct is None
+  assert again.to_dict() == tiny.to_dict()
+
+
+def test_saved_config_from_another_version_is_reported(tmp_path):
+  (tmp_path / "config.json").write_text(json.dumps({"grpo": {"gamma": 1}}))
+  with pytest.raises(errors.UserError, match="grpo.gamma"):
+    config_lib.load_saved(tmp_path / "config.json")
+
+
+def test_missing_config_file_is_a_user_error():
+  with pytest.raises(errors.UserError, match="no such file"):
+    config_lib.load("configs/nope.py")
+
+
+def test_optimizer_warms_up_from_zero_then_decays(tiny):
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  tiny.optim.peak_lr, tiny.optim.warmup_fraction = 1e-3, 0.1
+  tx = config_lib.optimizer(tiny.optim, max_steps=100)
+  params = {"w": jnp.ones(3)}
+  state = tx.init(params)
+  lrs = []
+  for _ in range(100):  # the learning rate update k used
+    _, state = tx.update({"w": jnp.ones(3)}, state, params)
+    lrs.append(float(state.hyperparams["learning_rate"]))
+  assert lrs[0] == 0.0
+  assert lrs[10] == pytest.approx(1e-3)  # warmup of 10% of 100 steps
+  assert lrs[55] == pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * 45 / 90)), rel=1e-4)
+  assert lrs[-1] < 1e-5

