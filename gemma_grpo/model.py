@@ -25,9 +25,12 @@ import ml_collections
 
 from gemma_grpo import errors
 from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import modeling
 from gemma_grpo import tokenizer as tokenizer_lib
 
 OFFLINE_270M = "gguf:gemma-3-270m"
+_REQUIRED_HF_KEYS = ("num_attention_heads", "hidden_size", "num_hidden_layers",
+                     "vocab_size", "intermediate_size", "num_key_value_heads")
 
 
 @dataclasses.dataclass
@@ -70,17 +73,21 @@ def _download(repo_id: str, c: ml_collections.ConfigDict) -> pathlib.Path:
         token=os.environ.get("HF_TOKEN") or None,
     )
   except hub_errors.GatedRepoError:
+    if os.environ.get("HF_TOKEN"):
+      fix = ("the token in HF_TOKEN has no access: accept the licence with that"
+             " account, or use a token that has")
+    else:
+      fix = "set HF_TOKEN (or run `hf auth login`) after accepting the licence"
     raise errors.UserError(
-        f"model.source: {repo_id} is gated; accept its licence at "
-        f"https://huggingface.co/{repo_id} and set HF_TOKEN (or run "
-        "`hf auth login`)."
+        f"model.source=hf:{repo_id}: the repo is gated; {fix}"
+        f" (https://huggingface.co/{repo_id})"
     ) from None
   except hub_errors.RepositoryNotFoundError:
     raise errors.UserError(
         f"model.source: hub repo {repo_id!r} not found (or private without a"
         " token); check the name or set HF_TOKEN."
     ) from None
-  except (hub_errors.LocalEntryNotFoundError, OSError) as e:
+  except (hub_errors.HfHubHTTPError, hub_errors.LocalEntryNotFoundError, OSError) as e:
     raise errors.UserError(
         f"model.source: cannot download {repo_id} from the Hugging Face hub"
         f" ({type(e).__name__}); pass a local directory or use {OFFLINE_270M}."
@@ -118,8 +125,19 @@ def resolve_dir(c: ml_collections.ConfigDict) -> pathlib.Path | None:
 
 def text_config(model_dir: pathlib.Path) -> dict:
   """The language-model part of an HF config (multimodal ones nest it)."""
-  config = json.loads((model_dir / "config.json").read_text())
-  return config.get("text_config", config)
+  path = model_dir / "config.json"
+  try:
+    config = json.loads(path.read_text())
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise errors.UserError(f"model.source: {path} is not valid JSON ({e})") from None
+  config = config.get("text_config", config) if isinstance(config, dict) else None
+  missing = [k for k in _REQUIRED_HF_KEYS if not isinstance(config, dict) or k not in config]
+  if missing:
+    raise errors.UserError(
+        f"model.source: {path} lacks {', '.join(missing)}; is this a Gemma-3"
+        " Hugging Face checkpoint?"
+    )
+  return config
 
 
 def tunix_config(hf: dict, param_dtype: str):
@@ -203,5 +221,5 @@ def build(c: ml_collections.ConfigDict, mesh) -> Loaded:
     )
     tokenizer_dir = model_dir
   tokenizer = tokenizer_lib.load(tokenizer_dir)
-  return Loaded(model, tokenizer, model_dir, tokenizer_dir)
+  return Loaded(modeling.convert(model), tokenizer, model_dir, tokenizer_dir)
 

@@ -1,0 +1,120 @@
+"""Per-token log-probabilities of completions without full-vocabulary logits.
+
+Gemma's vocabulary has 262,144 entries, so the LM head dominates a small
+model's cost, and Tunix's log-prob path materialises float32 logits for every
+position of prompt + completion. Here the LM head runs on completion positions
+only, over vocabulary chunks with an online log-sum-exp, and the chunk is
+recomputed in the backward pass instead of stored: peak memory is one
+[B, C, chunk] block.
+
+Shapes: B batch, P prompt length, C completion length, D model width,
+V vocabulary, K vocabulary chunk.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+DEFAULT_CHUNK = 16384
+# Stands in for -inf: exp() of it is 0 and, unlike -inf, its gradients stay finite.
+_NEG = -1e30
+
+
+def positions_and_mask(tokens_BxL: jax.Array, pad_id: int):
+  """Positions ignoring left padding, and the causal mask that skips pads."""
+  valid_BxL = tokens_BxL != pad_id
+  positions_BxL = jnp.maximum(jnp.cumsum(valid_BxL, axis=-1) - 1, 0)
+  length = tokens_BxL.shape[1]
+  causal_LxL = jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))
+  mask_BxLxL = causal_LxL[None] & valid_BxL[:, None, :]
+  return positions_BxL, mask_BxLxL
+
+
+def _chunk_stats(hidden_BxCxD, embed_KxD, valid_K, targets_BxC, start, temperature):
+  """Max, sum of exp, sum of exp * logit, and the target's logit in a chunk."""
+  logits_BxCxK = jnp.einsum(
+      "bcd,kd->bck", hidden_BxCxD, embed_KxD, preferred_element_type=jnp.float32
+  ) / temperature
+  logits_BxCxK = jnp.where(valid_K, logits_BxCxK, _NEG)
+  max_BxC = logits_BxCxK.max(axis=-1)
+  weights_BxCxK = jnp.exp(logits_BxCxK - max_BxC[..., None])
+  sum_BxC = weights_BxCxK.sum(axis=-1)
+  dot_BxC = (weights_BxCxK * logits_BxCxK).sum(axis=-1)
+  local_BxC = targets_BxC - start
+  in_chunk_BxC = (local_BxC >= 0) & (local_BxC < embed_KxD.shape[0])
+  picked_BxC = jnp.take_along_axis(
+      logits_BxCxK, jnp.clip(local_BxC, 0, embed_KxD.shape[0] - 1)[..., None], axis=-1
+  )[..., 0]
+  return max_BxC, sum_BxC, dot_BxC, jnp.where(in_chunk_BxC, picked_BxC, 0.0)
+
+
+def logps_and_entropy_from_hidden(
+    hidden_BxCxD: jax.Array,
+    embed_VxD: jax.Array,
+    targets_BxC: jax.Array,
+    temperature: float = 1.0,
+    chunk: int = DEFAULT_CHUNK,
+) -> tuple[jax.Array, jax.Array]:
+  """log p(target) and the entropy of softmax(hidden @ embed.T / temperature)."""
+  vocab = embed_VxD.shape[0]
+  chunk = min(chunk, vocab)
+  num_chunks = -(-vocab // chunk)
+  padded = num_chunks * chunk
+  embed_VxD = jnp.pad(embed_VxD, ((0, padded - vocab), (0, 0)))
+  embed_NxKxD = embed_VxD.reshape(num_chunks, chunk, -1)
+  rows_NxK = jnp.arange(padded).reshape(num_chunks, chunk)
+
+  # Recomputing a chunk's logits in the backward pass keeps one [B, C, K]
+  # block alive instead of all of them.
+  @functools.partial(jax.checkpoint, prevent_cse=False)
+  def body(carry, xs):
+    run_max, run_sum, run_dot, run_target = carry
+    embed_KxD, rows_K = xs
+    c_max, c_sum, c_dot, c_target = _chunk_stats(
+        hidden_BxCxD, embed_KxD, rows_K < vocab, targets_BxC, rows_K[0], temperature
+    )
+    new_max = jnp.maximum(run_max, c_max)
+    old_scale, new_scale = jnp.exp(run_max - new_max), jnp.exp(c_max - new_max)
+    return (
+        new_max,
+        run_sum * old_scale + c_sum * new_scale,
+        run_dot * old_scale + c_dot * new_scale,
+        run_target + c_target,
+    ), None
+
+  zeros_BxC = jnp.zeros(targets_BxC.shape, jnp.float32)
+  init = (jnp.full(targets_BxC.shape, _NEG, jnp.float32), zeros_BxC, zeros_BxC, zeros_BxC)
+  (run_max, run_sum, run_dot, target_BxC), _ = jax.lax.scan(
+      body, init, (embed_NxKxD, rows_NxK)
+  )
+  log_norm_BxC = run_max + jnp.log(run_sum)
+  return target_BxC - log_norm_BxC, log_norm_BxC - run_dot / run_sum
+
+
+def per_token_logps(
+    model,
+    prompt_ids_BxP: jax.Array,
+    completion_ids_BxC: jax.Array,
+    pad_id: int,
+    temperature: float = 1.0,
+    chunk: int = DEFAULT_CHUNK,
+) -> tuple[jax.Array, jax.Array]:
+  """(log p(completion token), entropy) at every completion position, [B, C].
+
+  `model` is a `modeling.Gemma3` (with or without LoRA). Prompts are left
+  padded, completions right padded with `pad_id`; values at padded
+  completion positions are meaningless and must be masked by the caller.
+  """
+  tokens_BxL = jnp.concatenate([prompt_ids_BxP, completion_ids_BxC], axis=1)
+  positions_BxL, mask_BxLxL = positions_and_mask(tokens_BxL, pad_id)
+  hidden_BxLxD = model.hidden_states(tokens_BxL, positions_BxL, mask_BxLxL)
+  prompt_len, completion_len = prompt_ids_BxP.shape[1], completion_ids_BxC.shape[1]
+  # The state after token t predicts token t + 1.
+  hidden_BxCxD = hidden_BxLxD[:, prompt_len - 1:prompt_len + completion_len - 1]
+  embed_VxD = model.embedder.input_embedding.value
+  return logps_and_entropy_from_hidden(
+      hidden_BxCxD, embed_VxD, completion_ids_BxC, temperature, chunk
+  )

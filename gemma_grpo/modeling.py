@@ -1,0 +1,68 @@
+"""Tunix's Gemma-3 with the two entry points RL needs that it lacks.
+
+* `decode_only_last_token`: Tunix's sampler asks for it (when the model's
+  signature has it) so the prefill computes logits for the last prompt
+  position only. Without it a prefill of 8 prompts x 256 tokens materialises
+  8 x 256 x 262,144 float32 logits (2 GiB) to keep one row per prompt.
+* `hidden_states`: the final-norm activations, so log-probabilities can be
+  computed for completion positions only, in vocabulary chunks.
+
+Same parameters, same paths, same checkpoints as Tunix's class: a loaded
+model is converted by swapping its graph definition, without copying.
+"""
+
+from __future__ import annotations
+
+from flax import nnx
+import jax
+from tunix.models.gemma3 import model as gemma3
+
+
+class Gemma3(gemma3.Gemma3):
+  """Tunix's Gemma3, plus last-token-only decoding and hidden states."""
+
+  def hidden_states(
+      self,
+      tokens_BxL: jax.Array,
+      positions_BxL: jax.Array,
+      attention_mask_BxLxL: jax.Array,
+  ) -> jax.Array:
+    """Final-norm activations [B, L, D] of a cache-free forward pass."""
+    x_BxLxD = self._encode_and_get_inputs(tokens=tokens_BxL)
+    for layer in self.layers:
+      _, x_BxLxD = layer(x_BxLxD, positions_BxL, None, attention_mask_BxLxL)
+    return self.final_norm(x_BxLxD)
+
+  def __call__(
+      self,
+      last_tokens,
+      positions=None,
+      cache=None,
+      attention_mask=None,
+      output_hidden_states: bool = False,
+      *,
+      images=None,
+      decode_only_last_token: bool = False,
+  ):
+    if not decode_only_last_token or images is not None or output_hidden_states:
+      return super().__call__(
+          last_tokens, positions, cache, attention_mask, output_hidden_states,
+          images=images,
+      )
+    new_cache = None if cache is None else {}
+    x = self._encode_and_get_inputs(tokens=last_tokens)
+    for i, layer in enumerate(self.layers):
+      name = f"layer_{i}"
+      layer_cache, x = layer(x, positions, cache[name] if cache else None, attention_mask)
+      if cache is not None:
+        new_cache[name] = layer_cache
+    x = self.final_norm(x[:, -1:])
+    return self.embedder.decode(x), new_cache
+
+
+def convert(model: gemma3.Gemma3) -> Gemma3:
+  """`model` as our subclass, sharing its parameter arrays."""
+  if isinstance(model, Gemma3):
+    return model
+  abstract = nnx.eval_shape(lambda: Gemma3(model.config, rngs=nnx.Rngs(0)))
+  return nnx.merge(nnx.graphdef(abstract), nnx.state(model))

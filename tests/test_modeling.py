@@ -1,0 +1,66 @@
+"""Our Gemma3 subclass: same numbers as Tunix's, last-token decoding, hidden states."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import base
+from gemma_grpo import lora
+from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import model as model_lib
+from gemma_grpo import modeling
+
+
+@pytest.fixture(scope="module")
+def tiny():
+  c = base.get_config()
+  c.model.source = "random"
+  c.mesh.fsdp = 8
+  mesh = mesh_lib.make_mesh(c.mesh)
+  loaded = model_lib.build(c.model, mesh)
+  return c, mesh, loaded
+
+
+def _inputs():
+  tokens = jnp.array([[0, 0, 2, 10, 11, 12], [2, 20, 21, 22, 23, 24]] * 4)
+  valid = tokens != 0
+  positions = jnp.maximum(jnp.cumsum(valid, -1) - 1, 0)
+  mask = jnp.tril(jnp.ones((6, 6), bool))[None] & valid[:, None, :]
+  return tokens, positions, mask
+
+
+def test_loaded_models_are_converted_without_copying(tiny):
+  _, _, loaded = tiny
+  assert isinstance(loaded.model, modeling.Gemma3)
+  again = modeling.convert(loaded.model)
+  assert again is loaded.model
+
+
+def test_last_token_logits_equal_the_full_forward(tiny):
+  _, mesh, loaded = tiny
+  tokens, positions, mask = _inputs()
+  with jax.set_mesh(mesh):
+    full, _ = loaded.model(tokens, positions, None, mask)
+    last, _ = loaded.model(tokens, positions, None, mask, decode_only_last_token=True)
+  assert last.shape == (8, 1, full.shape[-1])
+  np.testing.assert_allclose(last[:, 0], full[:, -1], atol=1e-5)
+
+
+def test_hidden_states_decode_to_the_logits(tiny):
+  _, mesh, loaded = tiny
+  tokens, positions, mask = _inputs()
+  with jax.set_mesh(mesh):
+    full, _ = loaded.model(tokens, positions, None, mask)
+    hidden = loaded.model.hidden_states(tokens, positions, mask)
+    np.testing.assert_allclose(loaded.model.embedder.decode(hidden), full, atol=1e-5)
+
+
+def test_tunix_sampler_uses_last_token_prefill_on_the_lora_policy(tiny):
+  from tunix.generate import sampler  # pylint: disable=g-import-not-at-top
+
+  c, mesh, loaded = tiny
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  s = sampler.Sampler(actor, loaded.tokenizer, sampler.CacheConfig(
+      cache_size=64, num_layers=2, num_kv_heads=1, head_dim=32))
+  assert s._supports_decode_only_last_token  # pylint: disable=protected-access
