@@ -4,8 +4,11 @@
   signature has it) so the prefill computes logits for the last prompt
   position only. Without it a prefill of 8 prompts x 256 tokens materialises
   8 x 256 x 262,144 float32 logits (2 GiB) to keep one row per prompt.
-* `hidden_states`: the final-norm activations, so log-probabilities can be
-  computed for completion positions only, in vocabulary chunks.
+* `return_hidden` / `hidden_states`: the final-norm activations, so
+  log-probabilities can be computed for completion positions only, in
+  vocabulary chunks. It goes through `__call__` because that is the one
+  method Qwix intercepts to apply LoRA: a separate forward method would
+  silently run the base model without the adapters.
 
 Same parameters, same paths, same checkpoints as Tunix's class: a loaded
 model is converted by swapping its graph definition, without copying.
@@ -28,10 +31,10 @@ class Gemma3(gemma3.Gemma3):
       attention_mask_BxLxL: jax.Array,
   ) -> jax.Array:
     """Final-norm activations [B, L, D] of a cache-free forward pass."""
-    x_BxLxD = self._encode_and_get_inputs(tokens=tokens_BxL)
-    for layer in self.layers:
-      _, x_BxLxD = layer(x_BxLxD, positions_BxL, None, attention_mask_BxLxL)
-    return self.final_norm(x_BxLxD)
+    hidden_BxLxD, _ = self(
+        tokens_BxL, positions_BxL, None, attention_mask_BxLxL, return_hidden=True
+    )
+    return hidden_BxLxD
 
   def __call__(
       self,
@@ -43,8 +46,9 @@ class Gemma3(gemma3.Gemma3):
       *,
       images=None,
       decode_only_last_token: bool = False,
+      return_hidden: bool = False,
   ):
-    if not decode_only_last_token or images is not None or output_hidden_states:
+    if not (decode_only_last_token or return_hidden) or images is not None or output_hidden_states:
       return super().__call__(
           last_tokens, positions, cache, attention_mask, output_hidden_states,
           images=images,
@@ -56,6 +60,8 @@ class Gemma3(gemma3.Gemma3):
       layer_cache, x = layer(x, positions, cache[name] if cache else None, attention_mask)
       if cache is not None:
         new_cache[name] = layer_cache
+    if return_hidden:
+      return self.final_norm(x), new_cache
     x = self.final_norm(x[:, -1:])
     return self.embedder.decode(x), new_cache
 

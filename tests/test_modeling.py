@@ -64,3 +64,26 @@ def test_tunix_sampler_uses_last_token_prefill_on_the_lora_policy(tiny):
   s = sampler.Sampler(actor, loaded.tokenizer, sampler.CacheConfig(
       cache_size=64, num_layers=2, num_kv_heads=1, head_dim=32))
   assert s._supports_decode_only_last_token  # pylint: disable=protected-access
+
+
+def test_hidden_states_of_the_lora_policy_include_the_adapters(tiny):
+  """Qwix applies LoRA inside __call__ only; hidden_states must go through it."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  c, mesh, loaded = tiny
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  state = nnx.state(actor, nnx.LoRAParam)
+  nnx.update(actor, jax.tree.map(lambda x: x + 0.1, state))  # make B non-zero
+  tokens, positions, mask = _inputs()
+  with jax.set_mesh(mesh):
+    base = loaded.model.hidden_states(tokens, positions, mask)
+    adapted = actor.hidden_states(tokens, positions, mask)
+    logits, _ = actor(tokens, positions, None, mask)
+  assert float(jnp.abs(adapted - base).max()) > 1e-3
+  np.testing.assert_allclose(actor.embedder.decode(adapted), logits, atol=1e-4)
+
+  def loss(model):
+    return model.hidden_states(tokens, positions, mask).sum()
+
+  grads = nnx.grad(loss, argnums=nnx.DiffState(0, nnx.LoRAParam))(actor)
+  assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))

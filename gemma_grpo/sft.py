@@ -1,0 +1,197 @@
+"""Supervised warm start: `gemma-grpo sft --config configs/gemma3_270m_sft.py`.
+
+A pretrained base never writes <reasoning>/<answer> tags, so at first GRPO
+has no format reward to compare between completions. Tulu 3 trains SFT
+before RL with verifiable rewards; we do the same on worked solutions
+(GSM8K's, calculator annotations removed, or reasoning-gym's) rewritten as
+
+  <reasoning>…</reasoning>
+  <answer>72</answer><end_of_turn>
+
+with the loss on the model turn only. Checkpoints use the GRPO layout, so
+`eval` and `export` read SFT runs too, and `train` starts GRPO from one with
+`--config.model.init_lora_from=<sft workdir>` (the SFT adapter is merged
+into the base, which then is also the KL reference).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+from absl import logging
+import ml_collections
+import numpy as np
+
+from gemma_grpo import config as config_lib
+from gemma_grpo import data as data_lib
+from gemma_grpo import errors
+from gemma_grpo import prompts
+
+
+def target_text(problem: data_lib.Problem) -> str:
+  """The completion SFT teaches for `problem`, ending the model's turn."""
+  return prompts.render_answer(problem.solution, problem.answer) + prompts.END_OF_TURN
+
+
+def encode_examples(problems, tokenizer, max_length: int):
+  """Token ids [N, max_length] (right padded) and a mask of the model turn.
+
+  Examples longer than `max_length` are dropped (and counted), never cut:
+  a cut target would teach the model to stop mid-solution.
+  """
+  pad = tokenizer.pad_id()
+  tokens, masks, dropped = [], [], 0
+  for problem in problems:
+    if not problem.solution:
+      dropped += 1
+      continue
+    prompt = tokenizer.encode(prompts.render_prompt(problem.question))
+    target = tokenizer.encode(target_text(problem), add_bos=False)
+    ids = prompt + target
+    if len(ids) > max_length:
+      dropped += 1
+      continue
+    padding = max_length - len(ids)
+    tokens.append(ids + [pad] * padding)
+    masks.append([0] * len(prompt) + [1] * len(target) + [0] * padding)
+  if not tokens:
+    raise errors.UserError(
+        f"sft.max_length={max_length}: no example fits (or the data has no worked"
+        " solutions); raise sft.max_length"
+    )
+  return np.array(tokens, np.int32), np.array(masks, np.float32), dropped
+
+
+def loss_fn(model, tokens_BxL, target_mask_BxL, pad_id: int):
+  """Mean negative log-likelihood of the model-turn tokens."""
+  from gemma_grpo import logprobs  # pylint: disable=g-import-not-at-top
+
+  positions_BxL, mask_BxLxL = logprobs.positions_and_mask(tokens_BxL, pad_id)
+  hidden_BxLxD = model.hidden_states(tokens_BxL, positions_BxL, mask_BxLxL)
+  # The state after token t predicts token t + 1.
+  logps_BxT, _ = logprobs.logps_and_entropy_from_hidden(
+      hidden_BxLxD[:, :-1], model.embedder.input_embedding.value, tokens_BxL[:, 1:]
+  )
+  weights_BxT = target_mask_BxL[:, 1:]
+  return -(logps_BxT * weights_BxT).sum() / weights_BxT.sum().clip(min=1.0)
+
+
+def batches(tokens, masks, batch_size: int, seed: int):
+  """Endless, epoch-reshuffled batches; deterministic for resume."""
+  import grain  # pylint: disable=g-import-not-at-top
+
+  if len(tokens) < batch_size:
+    raise errors.UserError(
+        f"sft.batch_size={batch_size}: only {len(tokens)} usable examples"
+    )
+  rows = grain.MapDataset.source(list(range(len(tokens)))).shuffle(seed=seed).repeat(None)
+  return rows.batch(
+      batch_size, drop_remainder=True,
+      batch_fn=lambda idx: {"tokens": tokens[list(idx)], "target_mask": masks[list(idx)]},
+  )
+
+
+def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
+  """Runs supervised LoRA training; returns the exit code."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  from tunix.sft import metrics_logger  # pylint: disable=g-import-not-at-top
+  from tunix.sft import peft_trainer  # pylint: disable=g-import-not-at-top
+
+  from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+
+  config_lib.validate(c, jax.device_count())
+  mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
+  work = pathlib.Path(workdir)
+  work.mkdir(parents=True, exist_ok=True)
+  if jax.process_index() == 0:
+    config_lib.save(c, work / "config.json")
+  mesh = mesh_lib.make_mesh(c.mesh)
+  loaded = model_lib.build(c.model, mesh)
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  splits = data_lib.build_splits(c.data, loaded.tokenizer, c.rollout.max_prompt_length)
+  tokens, masks, dropped = encode_examples(splits.train, loaded.tokenizer, c.sft.max_length)
+  logging.info("sft: %d examples (%d dropped: no solution or longer than %d tokens)",
+               len(tokens), dropped, c.sft.max_length)
+
+  optim = c.optim.copy_and_resolve_references()
+  optim.peak_lr = c.sft.peak_lr
+  writer = metrics_lib.Writer(
+      work / "tensorboard", flush_every_steps=c.log.flush_every_steps,
+      max_steps=c.sft.max_steps, is_chief=jax.process_index() == 0,
+  )
+  training = peft_trainer.TrainingConfig(
+      eval_every_n_steps=10**9,
+      max_steps=c.sft.max_steps,
+      checkpoint_root_directory=str(checkpoints.actor_dir(work)),
+      checkpointing_options=ocp.CheckpointManagerOptions(
+          save_interval_steps=c.ckpt.every_steps, max_to_keep=c.ckpt.keep
+      ),
+      metrics_logging_options=metrics_logger.MetricsLoggerOptions(
+          log_dir=str(work / "tensorboard"),
+          flush_every_n_steps=c.log.flush_every_steps,
+          backend_kwargs={"custom_backend": [lambda: writer]},
+      ),
+      metrics_prefix="actor",
+      data_sharding_axis=("fsdp",),
+  )
+  pad_id = loaded.tokenizer.pad_id()
+  with jax.set_mesh(mesh):
+    trainer = peft_trainer.PeftTrainer(actor, config_lib.optimizer(optim, c.sft.max_steps), training)
+
+    def loss(model, tokens_BxL, target_mask_BxL):  # nnx.grad needs named args
+      return loss_fn(model, tokens_BxL, target_mask_BxL, pad_id)
+
+    trainer.with_loss_fn(loss)
+    trainer.with_gen_model_input_fn(
+        lambda b: {"tokens_BxL": b["tokens"], "target_mask_BxL": b["target_mask"]}
+    )
+    if trainer.train_steps >= c.sft.max_steps:
+      logging.info("%s already holds step %d; nothing to do", work, trainer.train_steps)
+      trainer.close()
+      return 0
+    stop = hooks_lib.StopSignal().install()
+    try:
+      trainer.train(stop.guard(iter(batches(tokens, masks, c.sft.batch_size, c.data.shuffle_seed))))
+    finally:
+      stop.uninstall()
+      writer.close()
+  if stop.requested:
+    print(f"stopped after step {trainer.train_steps}; rerun to resume", file=sys.stderr)
+    return 128 + stop.signum
+  logging.info("SFT done: %d steps in %s", trainer.train_steps, work)
+  return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+  """`gemma-grpo sft --config FILE [--workdir DIR] [--config.x.y=v ...]`."""
+  import argparse  # pylint: disable=g-import-not-at-top
+
+  argv = list(sys.argv[1:] if argv is None else argv)
+  parser = argparse.ArgumentParser(prog="gemma-grpo sft", description=__doc__.splitlines()[0])
+  parser.add_argument("--config", required=True, help="config file, e.g. configs/gemma3_270m_sft.py")
+  parser.add_argument("--workdir", help="run directory (default runs/<config name>)")
+  with errors.exit_on_user_error():
+    known, rest = parser.parse_known_args(argv)
+    c = config_lib.load(known.config)
+    leftover = config_lib.apply_overrides(c, rest)
+    if leftover:
+      parser.error(f"unrecognized arguments: {' '.join(leftover)}")
+    from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+    from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+
+    mesh_lib.maybe_initialize_distributed()
+    metrics_lib.configure_logging()
+    workdir = known.workdir or os.path.join("runs", pathlib.Path(known.config).stem)
+    return sft(c, workdir)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
