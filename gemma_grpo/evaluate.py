@@ -1,62 +1,697 @@
-"""How well a policy reasons on held-out problems.
+"""How well a policy reasons on held-out problems: `gemma-grpo eval`.
+
+  gemma-grpo eval --data /path/gsm8k/test.jsonl --num-test 16   # offline 270M
+  gemma-grpo eval --workdir runs/gemma3_270m [--step 10] --data ...
+  gemma-grpo eval --model hf:google/gemma-3-1b-it --num-samples 8 --temperature 0.8
+  gemma-grpo eval --workdir runs/x --data ... --compare runs/eval/gguf_gemma-3-270m
 
 `score` turns completions into metrics without any model, so the metric code
-is testable on hand-written completions; `run` generates them first.
+is testable on hand-written completions; `run` generates them first (it is
+also the in-training eval). `main` is the command.
+
+Metrics (each completion is scored against its problem's gold answer; with k
+samples per problem, per-completion metrics average over problems x samples):
+  accuracy            the answer in <answer> equals the gold number
+                      (`rewards.is_correct`: same text, or same number)
+  partial_accuracy    the answer is within 10% of the gold (correct included)
+  format_accuracy     exactly "<reasoning>…</reasoning><answer>…</answer>"
+  truncation_rate     hit max_new_tokens without emitting a stop token
+  mean_length_tokens  generated tokens, stop token excluded
+  mean_length_chars   characters of the decoded completion
+  reward/<fn>         mean of each reward function of the preset, weighted
+                      as in training (comparable to rewards/train/<fn>)
+  reward/sum          mean of their sum (comparable to rewards/train/sum)
+  num_problems        problems scored; num_dropped: prompts longer than
+                      rollout.max_prompt_length, dropped (never truncated)
+Only when sampling k > 1 completions per problem (j = 1, 2, 4, ..., k):
+  pass@j              unbiased estimate of P(at least one of j samples is
+                      correct) from the n = k samples, c of them correct:
+                      1 - C(n-c, j) / C(n, j) (Chen et al. 2021); pass@k is
+                      "any sample correct"
+  maj@j               the majority answer of the first j samples is correct.
+                      Votes are the numbers read from <answer> (its text when
+                      it holds no number); samples without an answer do not
+                      vote; a tie goes to the answer whose first vote came
+                      earliest (lowest sample index); no votes is wrong.
+
+Outputs in --out: eval.json (metrics, resolved settings, the config used,
+"contaminated", timing) and samples.jsonl (one line per completion: prompt,
+completion, extracted answer, gold, verdicts, rewards). Greedy decoding is
+deterministic; sampling is reproducible for a fixed seed and batch size.
+reasoning_gym:<task> problems are drawn from seeds past the training range
+(data.reasoning_gym_seed + data.reasoning_gym_size), so none is a training
+problem. A run trained on reasoning_gym:gsm_symbolic (templates taken from
+GSM8K test) and scored on GSM8K test is flagged as contaminated.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import argparse
+import collections
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import re
+import sys
+import time
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from gemma_grpo import data as data_lib
+from gemma_grpo import errors
 from gemma_grpo import prompts
 from gemma_grpo import rewards
 
-# generate(prompts) -> (completions, truncated flags)
-GenerateFn = Callable[[list[str]], tuple[list[str], list[bool]]]
+# generate(prompts) -> (completions, truncated flags[, generated token counts])
+GenerateFn = Callable[[list[str]], tuple]
+
+DEFAULT_CONFIG = "configs/gemma3_270m.py"
+SUMMARY_FILE = "eval.json"
+SAMPLES_FILE = "samples.jsonl"
+
+
+# --- Metrics ----------------------------------------------------------------
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+  """Unbiased pass@k from n samples of which c are correct: 1 - C(n-c,k)/C(n,k)."""
+  if not 0 <= c <= n or not 1 <= k <= n:
+    raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n; got n={n}, c={c}, k={k}")
+  return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def vote_key(sample: dict) -> tuple | None:
+  """What a sample votes for: its number, else its answer text, else nothing."""
+  if sample["number"] is not None:
+    return ("number", sample["number"])
+  text = (sample["extracted"] or "").strip()
+  return ("text", text) if text else None
+
+
+def majority_vote(samples: Sequence[dict]) -> dict | None:
+  """The earliest sample carrying the most common vote, or None if no votes.
+
+  Ties go to the answer voted for first (lowest sample index).
+  """
+  counts = collections.Counter()
+  first = {}
+  for sample in samples:
+    key = vote_key(sample)
+    if key is not None:
+      counts[key] += 1
+      first.setdefault(key, sample)
+  if not counts:
+    return None
+  top = max(counts.values())
+  # `first` keeps insertion order: the earliest-voted answer among the tied.
+  return next(s for key, s in first.items() if counts[key] == top)
+
+
+def sample_sizes(n: int) -> list[int]:
+  """1, 2, 4, ... below n, then n: the j of pass@j and maj@j."""
+  sizes = [1 << i for i in range(n.bit_length()) if 1 << i < n]
+  return sizes + [n]
+
+
+def _mean(values: Sequence[float]) -> float:
+  return float(np.mean(values)) if len(values) else 0.0
 
 
 def score(problems: Sequence[data_lib.Problem], completions: Sequence[str],
-          truncated: Sequence[bool]) -> tuple[dict[str, float], list[dict]]:
-  """Metrics over (problem, completion) pairs, and one sample record each."""
+          truncated: Sequence[bool], *, num_tokens: Sequence[int] | None = None,
+          num_samples: int = 1, reward_fns: Sequence[Callable] | None = None,
+          num_dropped: int = 0) -> tuple[dict[str, float], list[dict]]:
+  """Metrics over problems and their completions, and one record per completion.
+
+  Args:
+    problems: the problems, in order.
+    completions: `num_samples` completions per problem, problem-major
+      (completion i * num_samples + j is sample j of problem i).
+    truncated: per completion, whether it hit the token limit without a stop.
+    num_tokens: per completion, generated tokens; without it the metric
+      mean_length_tokens is left out.
+    num_samples: k, samples per problem; k > 1 adds pass@j and maj@j.
+    reward_fns: weighted reward functions (`rewards.build_reward_fns`);
+      default the default preset's.
+    num_dropped: problems dropped before generation, reported as is.
+  """
+  k = num_samples
+  if k < 1 or len(completions) != len(problems) * k:
+    raise ValueError(f"{len(completions)} completions for {len(problems)} problems x {k} samples")
+  if reward_fns is None:
+    reward_fns = rewards.build_reward_fns(rewards.DEFAULT_PRESET)
+  rendered = [prompts.render_prompt(p.question) for p in problems for _ in range(k)]
+  golds = [p.answer for p in problems for _ in range(k)]
+  reward_values = {
+      fn.__name__: fn(prompts=rendered, completions=list(completions), answer=golds)
+      for fn in reward_fns
+  }
   samples = []
-  for problem, completion, cut in zip(problems, completions, truncated, strict=True):
+  for i, (completion, cut) in enumerate(zip(completions, truncated, strict=True)):
+    problem = problems[i // k]
     s = rewards.score_completion(completion, problem.answer)
     samples.append({
+        "problem": i // k,
+        "sample": i % k,
         "question": problem.question,
+        "prompt": rendered[i],
         "completion": completion,
         "extracted": s["answer"],
+        "number": s["number"],
         "gold": problem.answer,
+        "grade": s["grade"],
         "correct": bool(s["correct"]),
         "partial": bool(s["partial"]),
         "exact_format": bool(s["exact_format"]),
         "truncated": bool(cut),
+        "length_tokens": None if num_tokens is None else int(num_tokens[i]),
         "length_chars": len(completion),
+        "rewards": {name: float(values[i]) for name, values in reward_values.items()},
     })
-  n = max(len(samples), 1)
+
   metrics = {
-      "accuracy": sum(s["correct"] for s in samples) / n,
-      "partial_accuracy": sum(s["partial"] for s in samples) / n,
-      "format_accuracy": sum(s["exact_format"] for s in samples) / n,
-      "truncation_rate": sum(s["truncated"] for s in samples) / n,
-      "mean_length_chars": float(np.mean([s["length_chars"] for s in samples])) if samples else 0.0,
+      "num_problems": len(problems),
+      "num_dropped": num_dropped,
+      "accuracy": _mean([s["correct"] for s in samples]),
+      "partial_accuracy": _mean([s["partial"] for s in samples]),
+      "format_accuracy": _mean([s["exact_format"] for s in samples]),
+      "truncation_rate": _mean([s["truncated"] for s in samples]),
   }
-  golds = [p.answer for p in problems]
-  for fn in rewards.build_reward_fns("reference", {}):
-    values = fn(prompts=[""] * len(completions), completions=list(completions), answer=golds)
-    metrics[f"reward/{fn.__name__}"] = float(np.mean(values)) if values else 0.0
+  if num_tokens is not None:
+    metrics["mean_length_tokens"] = _mean([s["length_tokens"] for s in samples])
+  metrics["mean_length_chars"] = _mean([s["length_chars"] for s in samples])
+  for name, values in reward_values.items():
+    metrics[f"reward/{name}"] = _mean(values)
+  metrics["reward/sum"] = _mean([sum(s["rewards"].values()) for s in samples])
+
+  if k > 1:
+    groups = [samples[i * k:(i + 1) * k] for i in range(len(problems))]
+    for j in sample_sizes(k):
+      metrics[f"pass@{j}"] = _mean([pass_at_k(k, sum(s["correct"] for s in g), j) for g in groups])
+    for j in sample_sizes(k):
+      winners = [majority_vote(g[:j]) for g in groups]
+      metrics[f"maj@{j}"] = _mean([w is not None and w["correct"] for w in winners])
+    for group in groups:
+      winner = majority_vote(group)
+      vote = {"answer": winner and winner["extracted"], "correct": bool(winner and winner["correct"])}
+      for s in group:
+        s["majority"] = vote
   return metrics, samples
 
 
 def run(generate: GenerateFn, problems: Sequence[data_lib.Problem],
-        batch_size: int) -> tuple[dict[str, float], list[dict]]:
-  """Generates a completion per problem in batches, then scores them."""
-  completions, truncated = [], []
+        batch_size: int, *, reward_fns: Sequence[Callable] | None = None,
+        num_dropped: int = 0) -> tuple[dict[str, float], list[dict]]:
+  """Generates a completion per problem in batches, then scores them.
+
+  `generate` returns (texts, truncated) or (texts, truncated, num_tokens);
+  only the latter gives mean_length_tokens.
+  """
+  completions, truncated, num_tokens = [], [], []
   for start in range(0, len(problems), batch_size):
     chunk = problems[start:start + batch_size]
-    texts, cuts = generate([prompts.render_prompt(p.question) for p in chunk])
+    texts, cuts, *counts = generate([prompts.render_prompt(p.question) for p in chunk])
     completions.extend(texts)
     truncated.extend(cuts)
-  return score(problems, completions, truncated)
+    if counts and num_tokens is not None:
+      num_tokens.extend(counts[0])
+    else:
+      num_tokens = None
+  return score(problems, completions, truncated, num_tokens=num_tokens,
+               reward_fns=reward_fns, num_dropped=num_dropped)
+
+
+# --- What to evaluate, on what ---------------------------------------------
+
+
+@dataclasses.dataclass
+class Target:
+  """A model to evaluate: a training run's checkpoint, or a model source."""
+
+  source: str  # model.source (a run's own for a work directory)
+  workdir: pathlib.Path | None = None
+  step: int | None = None  # the checkpoint, resolved, for a work directory
+  trained_on: tuple[str, str] | None = None  # the run's (data.source, data.split)
+
+  @property
+  def label(self) -> str:
+    if self.workdir is not None:
+      return f"{self.workdir} step {self.step}"
+    return self.source
+
+  def default_out(self) -> pathlib.Path:
+    if self.workdir is not None:
+      return self.workdir / f"eval_step{self.step}"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", self.source).strip("_.") or "model"
+    return pathlib.Path("runs") / "eval" / name
+
+
+@dataclasses.dataclass
+class Plan:
+  """What every model of one command is evaluated on, and how."""
+
+  problems: list[data_lib.Problem]  # the first --num-test of the data
+  data: dict[str, Any]  # how they were chosen, for eval.json
+  max_prompt_length: int  # tokens with <bos>; longer prompts are dropped
+  decoding: Any  # generation.Decoding
+  num_samples: int
+  batch_size: int
+  reward_preset: str
+  reward_weights: dict[str, float | None]
+
+  def reward_fns(self) -> list[Callable]:
+    return rewards.build_reward_fns(self.reward_preset, self.reward_weights)
+
+
+def _parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(
+      prog="gemma-grpo eval", description=__doc__.splitlines()[0],
+      formatter_class=argparse.RawDescriptionHelpFormatter,
+      epilog="Override any config key with --config.section.key=value.\n\n"
+      + __doc__.split("\n\n", 3)[3],
+  )
+  which = p.add_argument_group("what to evaluate (default: the model of --config)")
+  which.add_argument("--config", help=f"config file (default {DEFAULT_CONFIG}); not with --workdir")
+  which.add_argument("--workdir", help="a training run: its latest (or --step) checkpoint")
+  which.add_argument("--step", type=int, help="checkpoint step of --workdir")
+  which.add_argument("--model", help="model source: gguf:gemma-3-270m | hf:<repo> | HF dir | random")
+  on = p.add_argument_group("data")
+  on.add_argument("--data", default="gsm8k", help="gsm8k (hub) | GSM8K-format .jsonl/.parquet | reasoning_gym:<task>")
+  on.add_argument("--split", help="split of --data gsm8k (default test)")
+  on.add_argument("--num-test", type=int, help="the first N problems (default all)")
+  how = p.add_argument_group("decoding (default greedy; defaults from the config)")
+  how.add_argument("--num-samples", type=int, default=1, help="k completions per problem: pass@k, maj@k")
+  how.add_argument("--temperature", type=float, help="> 0 samples (default rollout.temperature when k > 1)")
+  how.add_argument("--top-k", type=int, help="sampling: keep the K likeliest tokens, 0 = all (default rollout.top_k)")
+  how.add_argument("--top-p", type=float, help="sampling: nucleus mass (default rollout.top_p)")
+  how.add_argument("--seed", type=int, help="sampling seed (default 0)")
+  how.add_argument("--batch-size", type=int, help="sequences (problems x samples) per generation batch (default eval.batch_size)")
+  how.add_argument("--max-new-tokens", type=int, help="tokens per completion (default eval.max_new_tokens)")
+  out = p.add_argument_group("output")
+  out.add_argument("--out", help="output directory (default <workdir>/eval_step<N> or runs/eval/<source>)")
+  out.add_argument("--compare", help="a baseline: an eval output directory, or a model source / work directory to evaluate first")
+  return p
+
+
+def _check_positive(flag: str, value: int | None) -> None:
+  if value is not None and value < 1:
+    raise errors.UserError(f"{flag} {value}: must be >= 1")
+
+
+def _workdir_target(path: str, step: int | None, flag: str = "--workdir"):
+  """(Target, the run's config) of a work directory, its step checked."""
+  from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
+
+  workdir = pathlib.Path(path).expanduser()
+  if not workdir.is_dir():
+    raise errors.UserError(f"{flag} {path}: no such directory; pass a gemma-grpo training run")
+  c = config_lib.load_saved(workdir / "config.json")
+  steps = checkpoints.saved_steps(workdir)
+  if not steps:
+    raise errors.UserError(f"{flag} {path}: no checkpoint in {checkpoints.actor_dir(workdir)}; train first")
+  if step is None:
+    step = steps[-1]
+  elif step not in steps:
+    raise errors.UserError(f"--step {step}: no checkpoint at that step in {path}; saved steps: {steps}")
+  return Target(c.model.source, workdir, step, (c.data.source, c.data.split)), c
+
+
+def _default_config_path() -> str:
+  if pathlib.Path(DEFAULT_CONFIG).is_file():
+    return DEFAULT_CONFIG
+  import configs  # pylint: disable=g-import-not-at-top
+
+  return str(pathlib.Path(configs.__file__).parent / pathlib.Path(DEFAULT_CONFIG).name)
+
+
+def _target_and_config(args, overrides: list[str]):
+  """The Target of the command line and the config it is evaluated with."""
+  from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
+
+  if args.workdir and (args.model or args.config):
+    raise errors.UserError(
+        "--workdir brings its own model and config (config.json); drop --model/--config")
+  if args.step is not None and not args.workdir:
+    raise errors.UserError(f"--step {args.step}: only with --workdir")
+  if args.workdir:
+    target, c = _workdir_target(args.workdir, args.step)
+    fixed = [o for o in overrides if o.startswith(("--config.model.", "--config.lora."))]
+    if fixed:
+      raise errors.UserError(
+          f"{fixed[0].split('=')[0]}: the model of a work directory comes from its"
+          " config.json; only eval, rollout, rewards and mesh keys can be overridden")
+  else:
+    c = config_lib.load(args.config or _default_config_path())
+  rest = config_lib.apply_overrides(c, overrides)
+  if rest:
+    raise errors.UserError(f"unrecognized arguments: {' '.join(rest)}")
+  if not args.workdir:
+    if args.model:
+      with c.unlocked():
+        c.model.source = args.model
+    target = Target(c.model.source)
+  return target, c
+
+
+def _decoding(args, c):
+  """generation.Decoding and k from the flags, defaults from the config."""
+  from gemma_grpo import generation  # pylint: disable=g-import-not-at-top
+
+  k = args.num_samples
+  _check_positive("--num-samples", k)
+  _check_positive("--max-new-tokens", args.max_new_tokens)
+  _check_positive("--batch-size", args.batch_size)
+  temperature = args.temperature
+  if temperature is None:
+    temperature = c.rollout.temperature if k > 1 else 0.0
+  if temperature < 0 or (k > 1 and temperature == 0):
+    raise errors.UserError(
+        f"--temperature {temperature}: must be > 0 to draw --num-samples {k}"
+        " different samples (0 = greedy, one completion per problem)")
+  if temperature == 0:
+    given = [f for f, v in (("--top-k", args.top_k), ("--top-p", args.top_p), ("--seed", args.seed)) if v is not None]
+    if given:
+      raise errors.UserError(f"{given[0]}: only for sampling; add --temperature T (> 0)")
+  max_new_tokens = args.max_new_tokens or c.eval.max_new_tokens
+  with c.unlocked():  # so the config saved in eval.json is the one used
+    c.eval.max_new_tokens = max_new_tokens
+    c.eval.batch_size = args.batch_size or c.eval.batch_size
+  try:
+    decoding = generation.Decoding(
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=c.rollout.top_p if args.top_p is None else args.top_p,
+        top_k=c.rollout.top_k if args.top_k is None else args.top_k,
+        seed=args.seed or 0,
+    )
+  except ValueError as e:
+    raise errors.UserError(f"decoding (--temperature/--top-p/--top-k): {e}") from None
+  return decoding, k
+
+
+def is_gsm8k_test(source: str, split: str | None) -> bool:
+  """GSM8K's test split: the hub's, or a file whose path says gsm8k and test."""
+  if source == "gsm8k":
+    return split == "test"
+  if source.startswith("reasoning_gym:"):
+    return False
+  path = str(pathlib.Path(source).expanduser().resolve()).lower()
+  return "gsm8k" in path and "test" in path
+
+
+def contamination(target: Target, data_source: str, split: str | None) -> str | None:
+  """Why a run's scores on this data overstate generalisation, or None.
+
+  GSM-Symbolic's templates are GSM8K test questions with new numbers.
+  """
+  if target.trained_on is None or not is_gsm8k_test(data_source, split):
+    return None
+  source, train_split = target.trained_on
+  if source == "reasoning_gym:gsm_symbolic":
+    return ("this run trained on reasoning_gym:gsm_symbolic, whose templates"
+            " derive from GSM8K test questions")
+  if is_gsm8k_test(source, train_split):
+    return f"this run trained on {source} (GSM8K test itself)"
+  return None
+
+
+def _load_problems(args, c) -> tuple[list[data_lib.Problem], dict[str, Any]]:
+  """The first --num-test problems of --data, and their description."""
+  source = args.data
+  _check_positive("--num-test", args.num_test)
+  if args.split is not None and source != "gsm8k":
+    raise errors.UserError(f"--split {args.split}: only for --data gsm8k (a hub dataset)")
+  info: dict[str, Any] = {"source": source, "num_test": args.num_test}
+  if source == "gsm8k":
+    split = args.split or "test"
+    info["split"] = split
+    problems = _load_gsm8k_hub(split)
+  elif source.startswith("reasoning_gym:"):
+    # Item i of a reasoning-gym dataset is drawn with Random(seed + i): starting
+    # past the training range keeps every eval problem out of training's.
+    seed = c.data.reasoning_gym_seed + c.data.reasoning_gym_size
+    size = args.num_test or c.data.reasoning_gym_size
+    info.update(seed=seed, size=size)
+    problems = data_lib.load_problems(source, size=size, seed=seed)
+  else:
+    path = pathlib.Path(source).expanduser()
+    if not path.is_file():
+      raise errors.UserError(
+          f"--data {source}: no such file; pass a GSM8K-format .jsonl/.parquet,"
+          " gsm8k or reasoning_gym:<task>")
+    info["path"] = str(path.resolve())
+    problems = data_lib.load_problems(str(path))
+  info["num_loaded"] = len(problems)
+  return problems[:args.num_test] if args.num_test else problems, info
+
+
+def _load_gsm8k_hub(split: str) -> list[data_lib.Problem]:
+  from huggingface_hub.utils import logging as hub_logging  # pylint: disable=g-import-not-at-top
+
+  verbosity = hub_logging.get_verbosity()
+  hub_logging.set_verbosity_error()  # no retry chatter
+  try:
+    return data_lib.load_gsm8k_hub(split)
+  except errors.UserError:
+    raise errors.UserError(
+        f"--data gsm8k: cannot download {data_lib.GSM8K_HUB_ID} split {split!r}"
+        " (offline?); pass a local GSM8K-format file instead, e.g. --data"
+        " /path/to/gsm8k/test.jsonl") from None
+  finally:
+    hub_logging.set_verbosity(verbosity)
+
+
+def _read_report(path: pathlib.Path) -> dict:
+  file = path / SUMMARY_FILE if path.is_dir() else path
+  try:
+    report = json.loads(file.read_text())
+  except (OSError, json.JSONDecodeError) as e:
+    raise errors.UserError(f"--compare {path}: cannot read {file} ({e})") from None
+  if not isinstance(report.get("metrics"), dict):
+    raise errors.UserError(f"--compare {path}: {file} has no metrics; is it a gemma-grpo eval.json?")
+  return report
+
+
+def _compare_baseline(x: str, c):
+  """(eval.json report, None) or (None, (Target, its config)) for --compare X."""
+  path = pathlib.Path(x).expanduser()
+  if (path.is_dir() and (path / SUMMARY_FILE).is_file()) or (path.is_file() and path.suffix == ".json"):
+    return _read_report(path), None
+  if path.is_dir() and (path / "checkpoints").is_dir():
+    return None, _workdir_target(x, None, flag="--compare")
+  if x.startswith(("gguf:", "hf:")) or x == "random" or (path / "config.json").is_file():
+    base = c.copy_and_resolve_references()
+    with base.unlocked():
+      base.model.source = x
+    return None, (Target(x), base)
+  raise errors.UserError(
+      f"--compare {x}: neither an eval output directory (with {SUMMARY_FILE}),"
+      " a work directory nor a model source (gguf:, hf:, random, an HF directory)")
+
+
+# --- Evaluation --------------------------------------------------------------
+
+
+def _load_policy(target: Target, c, mesh):
+  """(model, tokenizer) of a target; a work directory's with its LoRA."""
+  from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+
+  if target.workdir is not None:
+    policy = checkpoints.restore(target.workdir, mesh, target.step)
+    return policy.actor, policy.loaded.tokenizer
+  loaded = model_lib.build(c.model, mesh)
+  return loaded.model, loaded.tokenizer
+
+
+def evaluate(target: Target, c, plan: Plan, mesh, *,
+             contaminated: bool) -> tuple[dict, list[dict]]:
+  """Generates and scores; returns the eval.json report and sample records."""
+  from gemma_grpo import generation  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+
+  start = time.perf_counter()
+  model, tokenizer = _load_policy(target, c, mesh)
+  stop_ids = tokenizer_lib.stop_token_ids(tokenizer)
+  generator = generation.Generator(
+      model, tokenizer, mesh, max_prompt_length=plan.max_prompt_length,
+      max_new_tokens=plan.decoding.max_new_tokens, stop_token_ids=stop_ids,
+  )
+  kept = [p for p in plan.problems
+          if generator.prompt_length(prompts.render_prompt(p.question)) <= plan.max_prompt_length]
+  dropped = len(plan.problems) - len(kept)
+  if not kept:
+    raise errors.UserError(
+        f"rollout.max_prompt_length={plan.max_prompt_length}: all {dropped} prompts"
+        " are longer; raise it with --config.rollout.max_prompt_length=N")
+  loaded_s = time.perf_counter() - start
+
+  k = plan.num_samples
+  rendered = [prompts.render_prompt(p.question) for p in kept for _ in range(k)]
+  start = time.perf_counter()
+  out = generator.generate(rendered, plan.decoding, batch_size=plan.batch_size,
+                           progress=sys.stderr.isatty())
+  generate_s = time.perf_counter() - start
+  metrics, samples = score(
+      kept, out.texts, out.truncated, num_tokens=out.num_tokens, num_samples=k,
+      reward_fns=plan.reward_fns(), num_dropped=dropped)
+
+  d = plan.decoding
+  report = {
+      "metrics": metrics,
+      "contaminated": contaminated,
+      "settings": {
+          "model": {"source": target.source,
+                    "workdir": str(target.workdir) if target.workdir else None,
+                    "step": target.step},
+          "data": {**plan.data, "num_problems": len(kept), "num_dropped": dropped,
+                   "max_prompt_length": plan.max_prompt_length},
+          "decoding": {"mode": "greedy" if d.greedy else "sample",
+                       "num_samples": k, "max_new_tokens": d.max_new_tokens,
+                       "temperature": d.temperature,
+                       "top_p": None if d.greedy else d.top_p,
+                       "top_k": None if d.greedy else d.top_k,
+                       "seed": None if d.greedy else d.seed,
+                       "batch_size": plan.batch_size, "stop_token_ids": stop_ids},
+          "rewards": {"preset": plan.reward_preset,
+                      "functions": [fn.__name__ for fn in plan.reward_fns()]},
+      },
+      # Configs hold no secrets (tokens come from the environment, never read here).
+      "config": json.loads(c.to_json_best_effort()),
+      "timing": {"load_s": round(loaded_s, 2), "generate_s": round(generate_s, 2),
+                 "generated_tokens": sum(out.num_tokens),
+                 "tokens_per_s": round(sum(out.num_tokens) / max(generate_s, 1e-9), 2)},
+  }
+  return report, samples
+
+
+def write(out: pathlib.Path, report: dict, samples: list[dict]) -> None:
+  out.mkdir(parents=True, exist_ok=True)
+  (out / SUMMARY_FILE).write_text(json.dumps(report, indent=2) + "\n")
+  with open(out / SAMPLES_FILE, "w", encoding="utf-8") as f:
+    for sample in samples:
+      f.write(json.dumps(sample, ensure_ascii=False) + "\n")
+
+
+# --- Console ------------------------------------------------------------------
+
+
+def format_value(name: str, value: Any) -> str:
+  if value is None:
+    return "-"
+  if name.startswith("num_"):
+    return str(int(value))
+  if name.startswith("mean_length"):
+    return f"{value:.1f}"
+  return f"{value:.4f}"
+
+
+def format_delta(name: str, base: Any, value: Any) -> str:
+  if base is None or value is None:
+    return "-"
+  delta = value - base
+  if name.startswith("num_"):
+    return f"{int(delta):+d}"
+  return f"{delta:+.1f}" if name.startswith("mean_length") else f"{delta:+.4f}"
+
+
+def table(metrics: dict[str, float], base: dict[str, float] | None = None,
+          base_label: str = "base") -> str:
+  """metric | value, or metric | base | this run | delta."""
+  names = list(metrics) + [n for n in (base or {}) if n not in metrics]
+  if base is None:
+    rows = [("metric", "value")] + [(n, format_value(n, metrics[n])) for n in names]
+  else:
+    rows = [("metric", base_label, "this run", "delta")] + [
+        (n, format_value(n, base.get(n)), format_value(n, metrics.get(n)),
+         format_delta(n, base.get(n), metrics.get(n))) for n in names]
+  widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+  lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                     for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
+           for row in rows]
+  lines.insert(1, "  ".join("-" * w for w in widths))
+  return "\n".join(lines)
+
+
+def _setting_differences(base: dict, report: dict) -> list[str]:
+  """Settings under which two reports are not comparable."""
+  keys = (("data", ("source", "split", "num_test", "num_problems", "max_prompt_length")),
+          ("decoding", ("mode", "num_samples", "max_new_tokens", "temperature", "top_p", "top_k")),
+          ("rewards", ("preset",)))
+  diffs = []
+  for section, names in keys:
+    a, b = base.get("settings", {}).get(section, {}), report["settings"][section]
+    diffs += [f"{section}.{n} {a.get(n)!r} vs {b.get(n)!r}" for n in names if a.get(n) != b.get(n)]
+  return diffs
+
+
+def _warn_contaminated(reason: str) -> None:
+  bar = "!" * 78
+  print(f"{bar}\nWARNING: CONTAMINATED EVALUATION: {reason}; scores on GSM8K test"
+        f" overstate generalisation (eval.json marks \"contaminated\": true).\n{bar}",
+        file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+  """`gemma-grpo eval ...`: see the module docstring and --help."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  with errors.exit_on_user_error():
+    args, overrides = _parser().parse_known_args(argv)
+    target, c = _target_and_config(args, overrides)
+    decoding, k = _decoding(args, c)
+    problems, data_info = _load_problems(args, c)
+    try:
+      rewards.build_reward_fns(c.rewards.preset, dict(c.rewards.weights))
+    except ValueError as e:
+      raise errors.UserError(str(e)) from None
+    plan = Plan(problems, data_info, c.rollout.max_prompt_length, decoding, k,
+                c.eval.batch_size, c.rewards.preset, dict(c.rewards.weights))
+    if plan.max_prompt_length < 8:
+      raise errors.UserError(f"rollout.max_prompt_length={plan.max_prompt_length}: too small; use >= 128")
+    base_report, base_target = _compare_baseline(args.compare, c) if args.compare else (None, None)
+    reason = contamination(target, args.data, data_info.get("split"))
+    if reason:
+      _warn_contaminated(reason)
+    out = pathlib.Path(args.out).expanduser() if args.out else target.default_out()
+
+    from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+    from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+
+    mesh_lib.maybe_initialize_distributed()
+    metrics_lib.configure_logging()
+    mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
+    mesh = mesh_lib.make_mesh(c.mesh)
+    if base_target is not None:
+      b_target, b_config = base_target
+      b_reason = contamination(b_target, args.data, data_info.get("split"))
+      base_report, b_samples = evaluate(b_target, b_config, plan, mesh, contaminated=bool(b_reason))
+      write(b_target.default_out(), base_report, b_samples)
+      print(f"baseline {b_target.label}: wrote {b_target.default_out()}", flush=True)
+    report, samples = evaluate(target, c, plan, mesh, contaminated=bool(reason))
+    write(out, report, samples)
+
+  settings = report["settings"]
+  print(f"eval {target.label} on {args.data}: {settings['data']['num_problems']} problems"
+        f" ({settings['data']['num_dropped']} dropped), {settings['decoding']['mode']}"
+        f" x{k}, {decoding.max_new_tokens} new tokens; generated"
+        f" {report['timing']['generated_tokens']} tokens in {report['timing']['generate_s']:.1f} s")
+  if base_report is None:
+    print(table(report["metrics"]))
+  else:
+    label = args.compare if len(args.compare) <= 40 else "..." + args.compare[-37:]
+    print(table(report["metrics"], base_report["metrics"], label))
+    diffs = _setting_differences(base_report, report)
+    if diffs:
+      print(f"note: the baseline was evaluated differently: {'; '.join(diffs)}")
+  print(f"wrote {out / SUMMARY_FILE} and {out / SAMPLES_FILE}", flush=True)
+  if reason:
+    _warn_contaminated(reason)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

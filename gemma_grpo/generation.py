@@ -1,0 +1,134 @@
+"""Batched greedy or sampled generation with Tunix's Sampler on a loaded model.
+
+The same sampler runs rollouts during training; here it serves `gemma-grpo
+eval`. Every batch has the same shape (prompts left-padded to
+`max_prompt_length`, the last batch filled up with copies of its last prompt),
+so XLA compiles once and the same command gives the same tokens every time.
+
+Sampling draws batch b with the key fold_in(PRNGKey(seed), b); a completion
+therefore depends on the seed, the batch size and its row, and a fixed command
+reproduces it exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Decoding:
+  """How tokens are chosen; temperature 0 is greedy (argmax)."""
+
+  max_new_tokens: int  # tokens generated per completion, stop token excluded
+  temperature: float = 0.0  # 0 = greedy; > 0 samples from softmax(logits / T)
+  top_p: float = 1.0  # nucleus mass kept when sampling
+  top_k: int = 0  # most likely tokens kept when sampling; 0 = all
+  seed: int = 0  # sampling key of batch b: fold_in(PRNGKey(seed), b)
+
+  def __post_init__(self):
+    if self.max_new_tokens < 1:
+      raise ValueError(f"max_new_tokens={self.max_new_tokens}: must be >= 1")
+    if self.temperature < 0:
+      raise ValueError(f"temperature={self.temperature}: must be >= 0")
+    if not 0 < self.top_p <= 1:
+      raise ValueError(f"top_p={self.top_p}: must be in (0, 1]")
+    if self.top_k < 0:
+      raise ValueError(f"top_k={self.top_k}: must be >= 0 (0 = no top-k)")
+
+  @property
+  def greedy(self) -> bool:
+    return self.temperature == 0
+
+
+@dataclasses.dataclass
+class Completions:
+  """One entry per prompt, in prompt order."""
+
+  texts: list[str]  # decoded, without the stop token
+  num_tokens: list[int]  # generated tokens, without the stop token
+  truncated: list[bool]  # hit max_new_tokens without emitting a stop token
+  token_ids: list[list[int]]  # the generated tokens, without the stop token
+
+
+class Generator:
+  """Completes rendered prompts with a (LoRA or plain) Gemma-3 model.
+
+  Prompts must already fit `max_prompt_length` tokens (with <bos>); the
+  evaluation drops longer ones rather than truncating them.
+  """
+
+  def __init__(self, model, tokenizer, mesh, *, max_prompt_length: int,
+               max_new_tokens: int, stop_token_ids: Sequence[int]):
+    from tunix.generate import sampler as sampler_lib  # pylint: disable=g-import-not-at-top
+
+    self._mesh = mesh
+    self._max_prompt_length = max_prompt_length
+    self._max_new_tokens = max_new_tokens
+    self._stop_token_ids = list(stop_token_ids)
+    config = model.config
+    self._sampler = sampler_lib.Sampler(
+        model, tokenizer,
+        sampler_lib.CacheConfig(
+            # Prompt and completion exactly: attention cost grows with it.
+            cache_size=max_prompt_length + max_new_tokens,
+            num_layers=config.num_layers,
+            num_kv_heads=config.num_kv_heads,
+            head_dim=config.head_dim,
+        ),
+    )
+
+  def prompt_length(self, prompt: str) -> int:
+    """Tokens the sampler feeds for `prompt`, <bos> included."""
+    return len(self._sampler.tokenize(prompt))
+
+  def generate(self, prompts: Sequence[str], decoding: Decoding, *,
+               batch_size: int, progress: bool = False) -> Completions:
+    """Completes every prompt, `batch_size` at a time."""
+    if decoding.max_new_tokens > self._max_new_tokens:
+      raise ValueError(
+          f"max_new_tokens={decoding.max_new_tokens} exceeds the cache built"
+          f" for {self._max_new_tokens}")
+    prompts = list(prompts)
+    batch_size = max(1, min(batch_size, len(prompts)))
+    starts = range(0, len(prompts), batch_size)
+    if progress:
+      from tqdm import auto  # pylint: disable=g-import-not-at-top
+
+      starts = auto.tqdm(starts, desc="generating", unit="batch", leave=False)
+    out = Completions([], [], [], [])
+    for batch_number, start in enumerate(starts):
+      chunk = prompts[start:start + batch_size]
+      filled = chunk + [chunk[-1]] * (batch_size - len(chunk))
+      texts, tokens = self._generate_batch(filled, decoding, batch_number)
+      for text, ids in list(zip(texts, tokens))[:len(chunk)]:
+        out.texts.append(text)
+        out.num_tokens.append(len(ids))
+        # Tunix cuts a completion at its first stop token, so a completion
+        # that has all max_new_tokens tokens never emitted one.
+        out.truncated.append(len(ids) >= decoding.max_new_tokens)
+        out.token_ids.append([int(i) for i in ids])
+    return out
+
+  def _generate_batch(self, prompts: list[str], decoding: Decoding,
+                      batch_number: int) -> tuple[list[str], list[Any]]:
+    import jax  # pylint: disable=g-import-not-at-top
+
+    if decoding.greedy:
+      sampling = dict(temperature=0.0, top_p=None, top_k=None, seed=None)
+    else:
+      key = jax.random.fold_in(jax.random.PRNGKey(decoding.seed), batch_number)
+      sampling = dict(temperature=decoding.temperature, top_p=decoding.top_p,
+                      top_k=decoding.top_k or None, seed=key)
+    # As Tunix's RLCluster runs its rollouts: under the model's mesh.
+    with self._mesh:
+      output = self._sampler(
+          input_strings=prompts,
+          max_generation_steps=decoding.max_new_tokens,
+          max_prompt_length=self._max_prompt_length,
+          echo=False,
+          eos_tokens=self._stop_token_ids,
+          pad_output=False,
+          **sampling,
+      )
+    return output.text, output.tokens
