@@ -63,16 +63,28 @@ def get_config() -> ml_collections.ConfigDict:
   })
 
   c.grpo = ml_collections.ConfigDict()
-  c.grpo.algorithm = "grpo"  # grpo | dapo | dr_grpo | gspo
+  # grpo | dapo | dr_grpo | gspo (formulas: gemma_grpo/losses.py). Full DAPO:
+  # algorithm=dapo, beta=0, overlong_buffer > 0, dynamic_sampling=True.
+  c.grpo.algorithm = "grpo"
   c.grpo.num_generations = 2  # G: completions per prompt
   c.grpo.num_iterations = 1  # mu: optimisation passes per batch
-  c.grpo.beta = 0.08  # KL weight to the reference policy; 0 disables it
-  c.grpo.epsilon = 0.2  # lower clip, epsilon_low in DAPO
-  c.grpo.epsilon_high = 0.28  # upper clip for dapo (grpo uses epsilon)
-  c.grpo.overlong_buffer = 0  # DAPO: tokens before the length limit where a penalty starts; 0 = off
-  c.grpo.overlong_penalty = 1.0  # DAPO: penalty at the length limit
-  c.grpo.dynamic_sampling = False  # DAPO: drop groups whose rewards are all equal
-  c.grpo.max_resample_rounds = 3  # DAPO: extra rollout rounds to refill the batch
+  c.grpo.beta = 0.08  # KL (k3) weight to the reference policy; 0 disables it
+  c.grpo.log_kl = True  # log the KL even when beta=0 (one reference forward per step)
+  c.grpo.epsilon = 0.2  # clip ratio >= 1 - epsilon (epsilon_low in DAPO)
+  c.grpo.epsilon_high = 0.28  # dapo: clip ratio <= 1 + epsilon_high (others: 1 + epsilon)
+  # gspo clips the sequence-level ratio, which stays far closer to 1; the
+  # paper's range is [1 - 3e-4, 1 + 4e-4].
+  c.grpo.gspo_epsilon = 3e-4
+  c.grpo.gspo_epsilon_high = 4e-4
+  # Overlong penalty (DAPO, any algorithm): the last overlong_buffer tokens
+  # before rollout.max_new_tokens cost up to overlong_penalty, linearly; 0 = off.
+  c.grpo.overlong_buffer = 0  # tokens
+  c.grpo.overlong_penalty = 1.0  # reward units at the length limit
+  # Dynamic sampling (DAPO, any algorithm): drop groups whose rewards are all
+  # equal and refill the batch with fresh prompts, at most max_resample_rounds
+  # extra rollouts per batch (then zero-variance groups fill the rest).
+  c.grpo.dynamic_sampling = False
+  c.grpo.max_resample_rounds = 3
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.temperature = 0.9
@@ -109,6 +121,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.ckpt = ml_collections.ConfigDict()
   c.ckpt.every_steps = 10  # checkpoint period in steps (and always at the end)
   c.ckpt.keep = 3  # checkpoints kept
+
+  c.sft = ml_collections.ConfigDict()  # `gemma-grpo sft` warm start
+  c.sft.max_steps = 200  # optimizer updates
+  c.sft.batch_size = 4  # examples per update
+  c.sft.peak_lr = 2e-4  # LoRA SFT tolerates a far larger rate than RL
+  c.sft.max_length = 512  # tokens of prompt + solution; longer ones are dropped
 
   c.lock()
   return c

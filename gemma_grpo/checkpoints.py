@@ -1,22 +1,36 @@
-"""Checkpoints of a work directory: find them and restore a trained policy.
+"""Checkpoints of a work directory: find, check, restore; the run's identity.
 
-Layout (written by Tunix's checkpoint manager, LoRA parameters only):
-  <workdir>/config.json
-  <workdir>/checkpoints/actor/<step>/{model_params,optimizer_state,custom_metadata}
+Layout (checkpoints written by Tunix's checkpoint manager, LoRA only):
+  <workdir>/config.json   the resolved config of the latest start
+  <workdir>/run.json      what the checkpoints belong to (model, adapter, algorithm)
+  <workdir>/checkpoints/actor/<step>/{model_params,optimizer_state,_CHECKPOINT_METADATA}
+
+Orbax writes a step into `<step>.orbax-checkpoint-tmp-*` and renames it when
+complete, so a crash mid-save leaves only a tmp directory, which is ignored.
+A step directory can still be damaged afterwards (a truncated or deleted
+file); `set_aside_unreadable` finds that before Tunix restores, renames the
+step to `<step>.corrupt` and falls back to the previous one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 from typing import Any
+
+from absl import logging
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 
+RUN_FILE = "run.json"
+_TMP_MARKER = ".orbax-checkpoint-tmp"
+
 
 def actor_dir(workdir: str | pathlib.Path) -> pathlib.Path:
-  return pathlib.Path(workdir) / "checkpoints" / "actor"
+  """Absolute: Orbax refuses relative paths (at the first save, mid-run)."""
+  return pathlib.Path(workdir).expanduser().absolute() / "checkpoints" / "actor"
 
 
 def saved_steps(workdir: str | pathlib.Path) -> list[int]:
@@ -25,6 +39,274 @@ def saved_steps(workdir: str | pathlib.Path) -> list[int]:
   if not root.is_dir():
     return []
   return sorted(int(p.name) for p in root.iterdir() if p.name.isdigit() and p.is_dir())
+
+
+# --- Reading a step without a model, to tell a sound one from a damaged one --
+
+
+@dataclasses.dataclass
+class Saved:
+  """The arrays of one checkpoint step, as numpy, keyed by parameter path."""
+
+  params: dict[str, Any]  # "layers/0/attn/q_einsum/w_lora_a" -> ndarray
+  optimizer: dict[str, Any]
+  custom_metadata: dict[str, Any]
+
+
+def _flat(tree) -> dict[str, Any]:
+  """{'a/b/c': leaf} for a nested tree; a trailing 'value' level is dropped."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  out = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    parts = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
+    if parts and parts[-1] == "value":
+      parts.pop()
+    out["/".join(parts)] = leaf
+  return out
+
+
+def _manager(workdir: str | pathlib.Path):
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+
+  # Same item layout as tunix.sft.checkpoint_manager; Orbax wants an absolute path.
+  handlers = {
+      "model_params": ocp.PyTreeCheckpointHandler(),
+      "optimizer_state": ocp.PyTreeCheckpointHandler(),
+  }
+  return ocp.CheckpointManager(actor_dir(workdir), item_handlers=handlers)
+
+
+def read(workdir: str | pathlib.Path, step: int) -> Saved:
+  """Every array of `step` read into host memory; raises if any is unreadable."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+
+  manager = _manager(workdir)
+  try:
+    item_metadata = manager.item_metadata(step)
+    trees = {}
+    for name in ("model_params", "optimizer_state"):
+      if name not in item_metadata or item_metadata[name] is None:
+        raise ValueError(f"{name} is missing")
+      restore_args = jax.tree.map(
+          lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item_metadata[name]
+      )
+      restored = manager.restore(step, args=ocp.args.Composite(**{
+          name: ocp.args.PyTreeRestore(item=None, restore_args=restore_args),
+      }))
+      trees[name] = _flat(restored[name])
+    metadata = manager.metadata(step)
+    custom = dict(metadata.custom_metadata or {}) if metadata else {}
+  finally:
+    manager.close()
+  return Saved(trees["model_params"], trees["optimizer_state"], custom)
+
+
+def _silence_stale_read_callbacks() -> None:
+  """Drops the 'Event loop is closed' noise a failed Orbax read leaves behind.
+
+  When one array of a restore fails, the reads still in flight complete later
+  and post to the asyncio loop of that restore, which is gone by then; Python
+  reports each as an unraisable RuntimeError with a traceback on stderr. They
+  are harmless, and a user reading a traceback would think the run crashed.
+  """
+  import sys  # pylint: disable=g-import-not-at-top
+
+  previous = sys.unraisablehook
+  if getattr(previous, "_drops_closed_loop_noise", False):
+    return
+
+  def hook(unraisable):
+    e = unraisable.exc_value
+    if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
+      return
+    previous(unraisable)
+
+  hook._drops_closed_loop_noise = True  # pylint: disable=protected-access
+  sys.unraisablehook = hook
+
+
+def problem(workdir: str | pathlib.Path, step: int) -> str | None:
+  """Why checkpoint `step` cannot be resumed from, or None if it can."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  try:
+    saved = read(workdir, step)
+  except Exception as e:  # pylint: disable=broad-exception-caught
+    # Orbax/TensorStore raise ValueError, KeyError, OSError, JSONDecodeError...
+    _silence_stale_read_callbacks()
+    first_line = (str(e).strip().splitlines() or [""])[0][:200]
+    return f"{type(e).__name__}: {first_line}"
+  if not saved.params:
+    return "no parameters saved"
+  for name, array in saved.params.items():
+    if not np.isfinite(np.asarray(array, dtype=np.float64)).all():
+      return f"{name} holds NaN/Inf"
+  return None
+
+
+def _set_aside(path: pathlib.Path) -> pathlib.Path:
+  target = path.with_name(f"{path.name}.corrupt")
+  n = 1
+  while target.exists():
+    target = path.with_name(f"{path.name}.corrupt{n}")
+    n += 1
+  path.rename(target)
+  return target
+
+
+def set_aside_unreadable(workdir: str | pathlib.Path, *, move: bool = True) -> int | None:
+  """The newest checkpoint step that reads back whole (None if there is none).
+
+  Newer steps that cannot be read are renamed to `<step>.corrupt` (never
+  deleted) with a warning, so Tunix restores the previous one. If no step can
+  be read at all, the cause is likely not one damaged save (a version or
+  permission problem), so nothing is moved and a UserError says what failed.
+  """
+  root = actor_dir(workdir)
+  if root.is_dir():
+    for tmp in sorted(p for p in root.iterdir() if _TMP_MARKER in p.name):
+      logging.warning("Ignoring %s: a checkpoint save was interrupted there", tmp)
+  steps = saved_steps(workdir)
+  bad: list[tuple[int, str]] = []
+  for step in reversed(steps):
+    reason = problem(workdir, step)
+    if reason is None:
+      for bad_step, bad_reason in bad:
+        where = root / str(bad_step)
+        if move:
+          where = _set_aside(where)
+        logging.warning(
+            "Checkpoint step %d is unreadable (%s); moved it to %s and"
+            " resuming from step %d", bad_step, bad_reason, where, step)
+      return step
+    bad.append((step, reason))
+  if bad:
+    step, reason = bad[0]
+    raise errors.UserError(
+        f"{root}: no checkpoint can be read (step {step}: {reason}); move the"
+        " damaged steps aside to start over, or use a new --workdir"
+    )
+  return None
+
+
+def check_compatible(workdir: str | pathlib.Path, step: int, actor) -> None:
+  """Raises UserError unless checkpoint `step` fits the LoRA params of `actor`.
+
+  Catches a different rank or target set before Orbax's shape error.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  manager = _manager(workdir)
+  try:
+    saved = _flat(manager.item_metadata(step)["model_params"])
+  finally:
+    manager.close()
+  wanted = _flat(nnx.state(actor, nnx.LoRAParam))
+  saved_shapes = {k: tuple(getattr(v, "shape", ())) for k, v in saved.items()}
+  wanted_shapes = {k: tuple(jax.numpy.shape(v)) for k, v in wanted.items()}
+  if saved_shapes == wanted_shapes:
+    return
+  where = actor_dir(workdir) / str(step)
+  missing = sorted(set(wanted_shapes) - set(saved_shapes))
+  extra = sorted(set(saved_shapes) - set(wanted_shapes))
+  if missing or extra:
+    detail = (f"{len(missing)} adapter(s) of this config not in it (e.g. {(missing or extra)[0]})"
+              if missing else f"{len(extra)} adapter(s) this config lacks (e.g. {extra[0]})")
+  else:
+    name = next(k for k in wanted_shapes if wanted_shapes[k] != saved_shapes[k])
+    detail = f"{name} is {list(saved_shapes[name])} there, {list(wanted_shapes[name])} here"
+  raise errors.UserError(
+      f"{where}: checkpoint does not fit this model/LoRA config ({detail});"
+      " use a new --workdir or the config the run was started with"
+  )
+
+
+# --- What a work directory's checkpoints belong to ---------------------------
+
+
+def identity(c, model_shape: dict[str, int] | None = None) -> dict[str, Any]:
+  """The settings a checkpoint is only valid with, as `field -> value`.
+
+  Fields are config keys where there is one, so a mismatch can be reported
+  with the exact override that fixes it.
+  """
+  ident = {
+      "model.source": c.model.source,
+      "lora.rank": c.lora.rank,
+      "lora.alpha": c.lora.alpha,
+      "lora.targets": c.lora.targets,
+      "grpo.algorithm": c.grpo.algorithm,
+  }
+  if c.model.source == "random":
+    # Random weights are defined by these; a different seed is a different model.
+    for key, value in c.model.random.items():
+      ident[f"model.random.{key}"] = value
+  for key, value in (model_shape or {}).items():
+    ident[f"model shape {key}"] = value
+  return ident
+
+
+def model_shape(model) -> dict[str, int]:
+  """The dimensions of a loaded Tunix Gemma-3 that a LoRA checkpoint depends on."""
+  cfg = model.config
+  return {k: int(getattr(cfg, k)) for k in (
+      "num_layers", "num_embed", "embed_dim", "hidden_dim", "num_heads",
+      "head_dim", "num_kv_heads")}
+
+
+def saved_identity(workdir: str | pathlib.Path) -> dict[str, Any] | None:
+  """The identity recorded in the work directory (run.json, else config.json)."""
+  workdir = pathlib.Path(workdir)
+  run_file = workdir / RUN_FILE
+  if run_file.is_file():
+    try:
+      return json.loads(run_file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+      raise errors.UserError(
+          f"{run_file}: not valid JSON; restore it, delete it to trust the"
+          " checkpoints as they are, or use a new --workdir"
+      ) from None
+  if (workdir / "config.json").is_file():  # a work directory from before run.json
+    return identity(config_lib.load_saved(workdir / "config.json"))
+  return None
+
+
+def check_identity(workdir: str | pathlib.Path, current: dict[str, Any]) -> None:
+  """Raises UserError if `workdir` holds checkpoints of something else.
+
+  Only fields present on both sides are compared: the model shape is only
+  known once the model is loaded.
+  """
+  if not saved_steps(workdir):
+    return  # nothing to resume: whatever was there before is replaced
+  saved = saved_identity(workdir)
+  if saved is None:
+    return
+  diffs = [k for k in current if k in saved and saved[k] != current[k]]
+  if not diffs:
+    return
+  what = ", ".join(f"{k}: {saved[k]!r} there, {current[k]!r} here" for k in diffs)
+  overrides = [f"--config.{k}={saved[k]}" for k in diffs if not k.startswith("model shape")]
+  fix = "use a new --workdir"
+  if overrides and len(overrides) == len(diffs):
+    fix += " or resume with " + " ".join(overrides)
+  raise errors.UserError(
+      f"--workdir {workdir} holds checkpoints of a different run ({what}); {fix}"
+  )
+
+
+def write_identity(workdir: str | pathlib.Path, ident: dict[str, Any]) -> None:
+  path = pathlib.Path(workdir) / RUN_FILE
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_text(json.dumps(ident, indent=2, sort_keys=True) + "\n")
+  tmp.replace(path)
+
+
+# --- Restoring a trained policy (eval, export) -------------------------------
 
 
 @dataclasses.dataclass
@@ -38,23 +320,26 @@ class Policy:
 
 
 def restore(workdir: str | pathlib.Path, mesh, step: int | None = None) -> Policy:
-  """The policy of `workdir` at `step` (default: the latest checkpoint)."""
+  """The policy of `workdir` at `step` (default: the newest readable checkpoint)."""
   from tunix.sft import checkpoint_manager  # pylint: disable=g-import-not-at-top
 
   from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
 
-  workdir = pathlib.Path(workdir)
+  workdir = pathlib.Path(workdir).expanduser().absolute()
   c = config_lib.load_saved(workdir / "config.json")
   steps = saved_steps(workdir)
   if not steps:
     raise errors.UserError(f"{actor_dir(workdir)}: no checkpoint to restore")
   if step is None:
-    step = steps[-1]
+    step = set_aside_unreadable(workdir, move=False)
   elif step not in steps:
     raise errors.UserError(f"checkpoint step {step} not in {workdir}; saved steps: {steps}")
+  elif (reason := problem(workdir, step)) is not None:
+    raise errors.UserError(f"{actor_dir(workdir) / str(step)}: unreadable ({reason})")
   loaded = model_lib.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
+  check_compatible(workdir, step, actor)
   manager = checkpoint_manager.CheckpointManager(root_directory=str(actor_dir(workdir)))
   try:
     restored, _ = manager.maybe_restore(actor, step=step, restore_only_lora_params=True)

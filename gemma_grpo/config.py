@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import math
 import os
 import pathlib
 import re
@@ -19,6 +20,7 @@ import ml_collections
 from gemma_grpo import errors
 
 ALGORITHMS = ("grpo", "dapo", "dr_grpo", "gspo")
+GEMMA_VOCAB_SIZE = 262144  # tokens of the Gemma-3 tokenizer
 DTYPES = ("float32", "bfloat16")
 # Module names the LoRA targets regex is matched against (Gemma-3 in Tunix).
 LORA_MODULES = (
@@ -40,10 +42,43 @@ def load(path: str) -> ml_collections.ConfigDict:
     sys.path.insert(0, root)
   spec = importlib.util.spec_from_file_location(f"_config_{file.stem}", file)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  if not hasattr(module, "get_config"):
-    raise errors.UserError(f"--config: {path} has no get_config() function")
-  return module.get_config()
+  try:
+    spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+      raise errors.UserError(f"--config: {path} has no get_config() function")
+    c = module.get_config()
+  except errors.UserError:
+    raise
+  except Exception as e:  # pylint: disable=broad-exception-caught
+    # A user's config file is input: say where it failed in one line.
+    raise errors.UserError(f"--config {_where(e, file)}: {_first_line(e)}") from None
+  if not isinstance(c, ml_collections.ConfigDict):
+    raise errors.UserError(f"--config: get_config() of {path} returned a {type(c).__name__}, not a ConfigDict")
+  return c
+
+
+def _where(e: BaseException, file: pathlib.Path) -> str:
+  """`path:line` of the deepest frame of `e` inside the config file."""
+  import traceback  # pylint: disable=g-import-not-at-top
+
+  if isinstance(e, SyntaxError) and e.lineno:
+    return f"{e.filename or file}:{e.lineno}"
+  line = None
+  for frame in traceback.extract_tb(e.__traceback__):
+    if pathlib.Path(frame.filename).resolve() == file.resolve():
+      line = frame.lineno
+  return f"{file}:{line}" if line else str(file)
+
+
+def _first_line(e: BaseException) -> str:
+  text = str(e).strip().strip("'\"")
+  hint = ""
+  if "Did you mean" in text:  # ml_collections' suggestion for a mistyped key
+    hint = "; " + text[text.index("Did you mean"):].splitlines()[0]
+  text = text.split(". Other fields present")[0]
+  if isinstance(e, SyntaxError):
+    text = e.msg
+  return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}{hint}"
 
 
 def _parse_value(text: str, kind: type, key: str):
@@ -118,11 +153,99 @@ def _check(problems: list[str], ok: bool, message: str) -> None:
     problems.append(message)
 
 
+def _type_problems(node: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+  """Wrong types that ml_collections lets through: None, bools as ints, NaN/Inf."""
+  from configs import base  # pylint: disable=g-import-not-at-top
+
+  defaults = base.get_config()
+  problems = []
+
+  def default(key: str):
+    value = defaults
+    for part in key.split("."):
+      if part not in value:
+        return None
+      value = value[part]
+    return value
+
+  def walk(n, pre):
+    for key in n.keys():
+      value, name = n[key], f"{pre}{key}"
+      if isinstance(value, ml_collections.ConfigDict):
+        walk(value, f"{name}.")
+        continue
+      # The declared type is base's: ml_collections lets a bool replace an int.
+      kind = type(default(name)) if default(name) is not None else n.get_ref(key).get_type()
+      if value is None:
+        if default(name) is not None:
+          problems.append(f"{name}=None: needs a {kind.__name__} (default {default(name)!r})")
+      elif kind is int and isinstance(value, bool):
+        problems.append(f"{name}={value}: needs an int, not a bool")
+      elif isinstance(value, float) and not math.isfinite(value):
+        problems.append(f"{name}={value}: must be a finite number")
+      elif kind is str and not value.strip() and default(name):
+        problems.append(f"{name} is empty; the default is {default(name)!r}")
+
+  walk(node, prefix)
+  return problems
+
+
+def _model_source_problems(m: ml_collections.ConfigDict) -> list[str]:
+  source, offline = m.source, "gguf:gemma-3-270m"
+  forms = f"use {offline}, hf:<org>/<repo>, a local Hugging Face directory, or random"
+  if source in ("random", offline):
+    return []
+  if source.startswith("gguf:"):
+    return [f"model.source={source!r}: unknown offline model; the offline model is {offline}"]
+  if source.startswith("hf:"):
+    repo = source[3:]
+    if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+      return [f"model.source={source!r}: not a hub repo id; {forms}"]
+    return []
+  path = pathlib.Path(os.path.expanduser(source))
+  if not path.is_dir():
+    return [f"model.source={source!r}: no such directory; {forms}"]
+  if not (path / "config.json").is_file() or not any(path.glob("*.safetensors")):
+    return [f"model.source={source!r}: needs config.json and *.safetensors (a Hugging Face checkpoint directory)"]
+  return []
+
+
+def _data_source_problems(d: ml_collections.ConfigDict) -> list[str]:
+  source = d.source
+  if source == "gsm8k":
+    return [] if d.split in ("train", "test") else [f"data.split={d.split!r}: GSM8K has 'train' and 'test'"]
+  if source.startswith("reasoning_gym:"):
+    return [] if source.split(":", 1)[1] else ["data.source='reasoning_gym:': name a task, e.g. reasoning_gym:gsm_symbolic"]
+  path = pathlib.Path(os.path.expanduser(source))
+  if path.is_dir():
+    return [f"data.source={source!r}: is a directory; pass a GSM8K-format .jsonl or .parquet file"]
+  if not path.is_file():
+    return [f"data.source={source!r}: no such file; use gsm8k, reasoning_gym:<task> or a GSM8K-format .jsonl/.parquet file"]
+  return []
+
+
 def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
-  """Raises UserError listing every problem in `c`, one per line."""
-  p: list[str] = []
+  """Raises UserError listing every problem in `c`, one per line.
+
+  With `num_devices` the mesh is checked too; without it, everything that
+  needs no device is (so a bad flag fails before JAX starts).
+  """
+  p: list[str] = _type_problems(c)
+  if p:  # range checks on wrongly typed values would only add noise
+    raise errors.UserError("\n".join(p))
   m, g, r, t = c.model, c.grpo, c.rollout, c.train
   _check(p, m.dtype in DTYPES, f"model.dtype={m.dtype!r}: use one of {DTYPES}")
+  p.extend(_model_source_problems(m))
+  if m.source == "random":
+    rnd = m.random
+    for key in ("num_layers", "embed_dim", "hidden_dim", "num_heads", "head_dim", "num_kv_heads", "sliding_window"):
+      _check(p, rnd[key] >= 1, f"model.random.{key}={rnd[key]}: must be >= 1")
+    _check(p, rnd.num_kv_heads < 1 or rnd.num_heads % rnd.num_kv_heads == 0,
+           f"model.random.num_kv_heads={rnd.num_kv_heads}: must divide model.random.num_heads={rnd.num_heads}")
+    # Token ids beyond the embedding table would be clamped silently by JAX.
+    _check(p, rnd.vocab_size >= GEMMA_VOCAB_SIZE,
+           f"model.random.vocab_size={rnd.vocab_size}: must be >= {GEMMA_VOCAB_SIZE}, the Gemma tokenizer's vocabulary")
+  p.extend(_data_source_problems(c.data))
   _check(p, c.lora.rank >= 1, f"lora.rank={c.lora.rank}: must be >= 1 (32 is typical)")
   _check(p, c.lora.alpha > 0, f"lora.alpha={c.lora.alpha}: must be > 0 (usually equal to lora.rank)")
   try:
@@ -141,30 +264,44 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
   _check(p, g.algorithm != "dapo" or g.beta == 0, f"grpo.beta={g.beta}: DAPO has no KL term; set --config.grpo.beta=0")
   _check(p, 0 <= g.overlong_buffer < r.max_new_tokens, f"grpo.overlong_buffer={g.overlong_buffer}: must be in [0, rollout.max_new_tokens={r.max_new_tokens})")
   _check(p, g.max_resample_rounds >= 0, f"grpo.max_resample_rounds={g.max_resample_rounds}: must be >= 0")
+  _check(p, not g.dynamic_sampling or g.max_resample_rounds >= 1, f"grpo.max_resample_rounds={g.max_resample_rounds}: dynamic sampling needs >= 1 extra round to refill the batch")
+  _check(p, g.overlong_penalty >= 0, f"grpo.overlong_penalty={g.overlong_penalty}: must be >= 0")
+  _check(p, 0 < g.gspo_epsilon < 1, f"grpo.gspo_epsilon={g.gspo_epsilon}: must be in (0, 1); the GSPO paper uses 3e-4")
+  _check(p, g.gspo_epsilon_high >= g.gspo_epsilon, f"grpo.gspo_epsilon_high={g.gspo_epsilon_high}: must be >= grpo.gspo_epsilon={g.gspo_epsilon}")
 
   _check(p, r.temperature > 0, f"rollout.temperature={r.temperature}: must be > 0; greedy rollouts make every completion of a group identical (zero advantage)")
   _check(p, 0 < r.top_p <= 1, f"rollout.top_p={r.top_p}: must be in (0, 1]")
   _check(p, r.top_k >= 0, f"rollout.top_k={r.top_k}: must be >= 0 (0 = no top-k)")
   _check(p, r.max_prompt_length >= 8, f"rollout.max_prompt_length={r.max_prompt_length}: too small for the instruction; use >= 128")
   _check(p, r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens}: must be >= 1")
+  _check(p, c.eval.max_new_tokens >= 1, f"eval.max_new_tokens={c.eval.max_new_tokens}: must be >= 1")
   need = r.max_prompt_length + max(r.max_new_tokens, c.eval.max_new_tokens)
   _check(p, r.kv_cache_size >= need, f"rollout.kv_cache_size={r.kv_cache_size}: must hold max_prompt_length + max_new_tokens = {need}; set --config.rollout.kv_cache_size={need}")
 
   _check(p, c.optim.peak_lr > 0, f"optim.peak_lr={c.optim.peak_lr}: must be > 0")
   _check(p, 0 <= c.optim.warmup_fraction < 1, f"optim.warmup_fraction={c.optim.warmup_fraction}: warmup must end before train.max_steps; use a value in [0, 1)")
+  _check(p, 0 <= c.optim.end_lr <= c.optim.peak_lr, f"optim.end_lr={c.optim.end_lr}: must be in [0, optim.peak_lr={c.optim.peak_lr}]")
   _check(p, c.optim.max_grad_norm > 0, f"optim.max_grad_norm={c.optim.max_grad_norm}: must be > 0")
   _check(p, 0 <= c.optim.b1 < 1 and 0 <= c.optim.b2 < 1, f"optim.b1={c.optim.b1}, optim.b2={c.optim.b2}: must be in [0, 1)")
   _check(p, c.optim.weight_decay >= 0, f"optim.weight_decay={c.optim.weight_decay}: must be >= 0")
 
   _check(p, t.max_steps >= 1, f"train.max_steps={t.max_steps}: must be >= 1")
   _check(p, t.batch_size >= 1, f"train.batch_size={t.batch_size}: must be >= 1 prompt")
+  # Micro-batches count prompts. Tunix repeats each prompt G times inside its
+  # micro-batch (rl_learner._prepare_data), and rollout and log-prob
+  # micro-batches default to the same size, so every micro-batch holds whole
+  # groups: the all-zero metrics of tunix#816 (a micro-batch of completions
+  # smaller than G) cannot arise. Tunix does require that it divide the batch.
   micro = t.micro_batch_size or t.batch_size
-  _check(p, micro >= 1 and t.batch_size % micro == 0, f"train.micro_batch_size={t.micro_batch_size}: must divide train.batch_size={t.batch_size}")
+  _check(p, t.micro_batch_size >= 0 and t.batch_size >= 1 and t.batch_size % micro == 0,
+         f"train.micro_batch_size={t.micro_batch_size}: must divide train.batch_size={t.batch_size} (0 = the whole batch)")
 
   _check(p, c.eval.every_steps >= 0, f"eval.every_steps={c.eval.every_steps}: must be >= 0 (0 = never)")
+  _check(p, c.eval.num_examples >= 0, f"eval.num_examples={c.eval.num_examples}: must be >= 0")
   _check(p, c.eval.num_examples <= c.data.num_heldout, f"eval.num_examples={c.eval.num_examples}: exceeds data.num_heldout={c.data.num_heldout}")
   _check(p, c.eval.batch_size >= 1, f"eval.batch_size={c.eval.batch_size}: must be >= 1")
   _check(p, c.data.num_heldout >= 0, f"data.num_heldout={c.data.num_heldout}: must be >= 0")
+  _check(p, c.data.reasoning_gym_size >= 1, f"data.reasoning_gym_size={c.data.reasoning_gym_size}: must be >= 1")
   _check(p, c.data.max_examples >= 0, f"data.max_examples={c.data.max_examples}: must be >= 0 (0 = all)")
   _check(p, c.ckpt.every_steps >= 1, f"ckpt.every_steps={c.ckpt.every_steps}: must be >= 1")
   _check(p, c.ckpt.keep >= 1, f"ckpt.keep={c.ckpt.keep}: must keep >= 1 checkpoint")

@@ -62,8 +62,12 @@ def _problem(record: dict, where: str) -> Problem:
 
 def read_jsonl(path: pathlib.Path) -> list[Problem]:
   problems = []
-  with open(path, encoding="utf-8") as f:
-    for number, line in enumerate(f, start=1):
+  with open(path, "rb") as f:
+    for number, raw in enumerate(f, start=1):
+      try:
+        line = raw.decode("utf-8")
+      except UnicodeDecodeError:
+        raise errors.UserError(f"{path}:{number}: not UTF-8 text; is this a JSONL file?") from None
       if not line.strip():
         continue
       try:
@@ -85,13 +89,30 @@ def read_parquet(path: pathlib.Path) -> list[Problem]:
 
 
 def read_file(path: pathlib.Path) -> list[Problem]:
+  if path.is_dir():
+    raise errors.UserError(f"data.source: {path} is a directory; pass a GSM8K-format .jsonl or .parquet file")
   if not path.is_file():
-    raise errors.UserError(f"data.source: no such file {path}")
+    raise errors.UserError(f"data.source: no such file {path}; pass a GSM8K-format .jsonl or .parquet file, gsm8k or reasoning_gym:<task>")
   if not os.access(path, os.R_OK):
-    raise errors.UserError(f"data.source: {path} is not readable")
-  if path.suffix == ".parquet":
-    return read_parquet(path)
-  return read_jsonl(path)
+    raise errors.UserError(f"data.source: {path} is not readable; check its permissions")
+  try:
+    if path.suffix == ".parquet":
+      return read_parquet(path)
+    return read_jsonl(path)
+  except OSError as e:
+    raise errors.UserError(f"data.source: cannot read {path} ({e.strerror or e})") from None
+
+
+def check_source(c: ml_collections.ConfigDict) -> None:
+  """Reads a local data file once, so a bad one fails before the model loads.
+
+  Hub and procedural sources are checked when loaded; they need no user file.
+  """
+  if c.source == "gsm8k" or c.source.startswith("reasoning_gym:"):
+    return
+  path = pathlib.Path(os.path.expanduser(c.source))
+  if not read_file(path):
+    raise errors.UserError(f"data.source={c.source!r}: no problems in the file")
 
 
 def load_gsm8k_hub(split: str) -> list[Problem]:

@@ -1,18 +1,20 @@
 """What happens between training steps: checks, checkpoints, evals, signals.
 
-Tunix's trainer calls `on_train_end` once per RL step, after that step's
-update has been computed. That is the one safe point where the parameters are
-known, so checkpoints are written from here (never by Tunix's own policy) and
-only after the parameters are checked to be finite: a NaN can stop a run, but
-it can never overwrite the last good checkpoint.
+Tunix's trainer calls `on_train_end` after each `update_actor`, i.e. after
+every micro-batch; the step's update is complete once `train_steps` has moved
+on. That is the one safe point where the parameters are known, so checkpoints
+are written from here (never by Tunix's own policy) and only after the
+parameters are checked to be finite: a NaN can stop a run, but it can never
+overwrite the last good checkpoint.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import signal
 import time
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 from absl import logging
 import jax
@@ -64,7 +66,11 @@ class StopSignal:
     self._previous.clear()
 
   def guard(self, batches: Iterable) -> Iterator:
-    """Yields batches until a stop is requested; Tunix then ends the run."""
+    """Yields batches until a stop is requested; Tunix then ends the run.
+
+    Tunix draws a step's whole batch before its rollout, so a stop lands
+    between steps, never inside one.
+    """
     for batch in batches:
       if self.requested:
         return
@@ -75,6 +81,34 @@ def params_are_finite(model) -> bool:
   """True when every trainable (LoRA) parameter is finite."""
   leaves = jax.tree.leaves(nnx.state(model, nnx.LoRAParam))
   return all(bool(np.isfinite(np.asarray(x)).all()) for x in leaves)
+
+
+def finite_rewards(reward_fns: Sequence[Callable], current_step: Callable[[], int]) -> list[Callable]:
+  """Reward functions that raise NonFiniteError instead of returning NaN/Inf.
+
+  Tunix sums the functions with np.nansum, so a NaN from one function would
+  silently count as 0 and an Inf would poison the advantages. Our rewards are
+  total and finite; a user-supplied one may not be. The wrapper keeps the
+  name and signature Tunix inspects.
+  """
+
+  def checked(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+      values = fn(*args, **kwargs)
+      array = np.asarray(values, dtype=np.float64).reshape(-1)
+      bad = np.flatnonzero(~np.isfinite(array))
+      if bad.size:
+        raise NonFiniteError(
+            f"step {current_step()}: reward function {fn.__name__} returned"
+            f" {array[bad[0]]} for completion {bad[0]} ({bad.size} of"
+            f" {array.size} non-finite); rewards must be finite floats"
+        )
+      return values
+
+    return wrapper
+
+  return [checked(fn) for fn in reward_fns]
 
 
 class RunHooks(tunix_hooks.TrainingHooks):
@@ -89,6 +123,7 @@ class RunHooks(tunix_hooks.TrainingHooks):
       eval_every: int,
       evaluate: Callable[[], dict[str, float]] | None,
       stop: StopSignal,
+      save: Callable[[object, int], None] | None = None,
   ):
     self._writer = writer
     self._max_steps = max_steps
@@ -96,12 +131,16 @@ class RunHooks(tunix_hooks.TrainingHooks):
     self._eval_every = eval_every
     self._evaluate = evaluate
     self._stop = stop
+    self._save = save or save_checkpoint
     self._last_time = None
+    self._done_step: int | None = None
     self.last_good_step: int | None = None
 
   def on_train_start(self, train_ctx):
     if self._last_time is None:
       self._last_time = time.perf_counter()
+    if self._done_step is None:
+      self._done_step = train_ctx.train_steps
 
   def on_train_step_start(self, train_ctx):
     pass
@@ -119,17 +158,20 @@ class RunHooks(tunix_hooks.TrainingHooks):
 
   def on_train_end(self, train_ctx):
     step = train_ctx.train_steps
+    if step == self._done_step:
+      return  # a micro-batch of a step still accumulating gradients
+    self._done_step = step
     now = time.perf_counter()
     if self._last_time is not None:
       self._writer.scalar("perf/step_seconds", now - self._last_time, step)
     if not params_are_finite(train_ctx.model):
       raise NonFiniteError(
-          f"step {step}: LoRA parameters became NaN/Inf (loss or gradient"
+          f"step {step}: LoRA parameters became NaN/Inf (the loss or gradient"
           " norm overflowed)"
       )
     last = step >= self._max_steps
     if last or self._stop.requested or step % self._checkpoint_every == 0:
-      save_checkpoint(train_ctx, step)
+      self._save(train_ctx, step)
       self.last_good_step = step
     if self._evaluate is not None and self._eval_every and (
         step % self._eval_every == 0 or last

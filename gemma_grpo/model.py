@@ -74,13 +74,13 @@ def _download(repo_id: str, c: ml_collections.ConfigDict) -> pathlib.Path:
     )
   except hub_errors.GatedRepoError:
     if os.environ.get("HF_TOKEN"):
-      fix = ("the token in HF_TOKEN has no access: accept the licence with that"
-             " account, or use a token that has")
+      fix = ("with the account of the token in HF_TOKEN, which has no access"
+             " yet (or use another token)")
     else:
-      fix = "set HF_TOKEN (or run `hf auth login`) after accepting the licence"
+      fix = "and set HF_TOKEN (or run `hf auth login`)"
     raise errors.UserError(
-        f"model.source=hf:{repo_id}: the repo is gated; {fix}"
-        f" (https://huggingface.co/{repo_id})"
+        f"model.source: {repo_id} is gated; accept its licence at"
+        f" https://huggingface.co/{repo_id} {fix}"
     ) from None
   except hub_errors.RepositoryNotFoundError:
     raise errors.UserError(

@@ -3,7 +3,12 @@
 Builds the model, LoRA policy, data and a Tunix RLCluster (actor, reference,
 vanilla rollout) and runs the chosen GRPO-family learner. Rerunning the same
 command resumes from the latest checkpoint in the work directory, data
-position included.
+position and sampling keys included, so an interrupted run continues exactly
+as the uninterrupted one would have.
+
+Exit codes: 0 done; 2 bad input (one `error:` line per problem); 3 NaN/Inf in
+training (the last good checkpoint is kept); 128+N stopped by signal N after
+checkpointing (143 for SIGTERM, 130 for SIGINT): rerun to resume.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import sys
 from absl import logging
 import ml_collections
 
+from gemma_grpo import checkpoints
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 
@@ -26,8 +32,49 @@ def default_workdir(config_path: str) -> str:
   return os.path.join("runs", pathlib.Path(config_path).stem)
 
 
+def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> pathlib.Path:
+  """Every check of the input that needs no model; returns the work directory.
+
+  Runs in seconds, so bad input fails before minutes of loading: the config,
+  a local data file, the work directory's identity and its checkpoints.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+
+  from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
+
+  config_lib.validate(c, jax.device_count())
+  fsdp, _ = config_lib.mesh_shape(c.mesh, jax.device_count())
+  rows = (c.train.micro_batch_size or c.train.batch_size) * c.grpo.num_generations
+  if rows % fsdp:
+    # Tunix replicates inputs it cannot split (sharding_utils.get_sharding):
+    # correct, but every device then computes the whole micro-batch.
+    logging.warning(
+        "train.micro_batch_size x grpo.num_generations = %d completions do not"
+        " split over mesh fsdp=%d; each device will process all of them", rows, fsdp)
+  data_lib.check_source(c.data)
+  work = pathlib.Path(workdir).expanduser().absolute()  # Orbax needs absolute paths
+  if work.exists() and not work.is_dir():
+    raise errors.UserError(f"--workdir {workdir}: exists and is not a directory")
+  checkpoints.check_identity(work, checkpoints.identity(c))
+  checkpoints.set_aside_unreadable(work, move=jax.process_index() == 0)
+  return work
+
+
 def train(c: ml_collections.ConfigDict, workdir: str) -> int:
   """Trains until `c.train.max_steps`; returns the process exit code."""
+  work = preflight(c, workdir)
+
+  from gemma_grpo import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
+
+  # From here on a signal means "stop at the next safe point", even while loading.
+  stop = hooks_lib.StopSignal().install()
+  try:
+    return _train(c, work, stop)
+  finally:
+    stop.uninstall()
+
+
+def _train(c: ml_collections.ConfigDict, work: pathlib.Path, stop) -> int:
   import jax  # pylint: disable=g-import-not-at-top
   from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
 
@@ -42,9 +89,7 @@ def train(c: ml_collections.ConfigDict, workdir: str) -> int:
   from gemma_grpo import rewards  # pylint: disable=g-import-not-at-top
   from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
-  config_lib.validate(c, jax.device_count())
   mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
-  work = pathlib.Path(workdir)
   work.mkdir(parents=True, exist_ok=True)
   is_chief = jax.process_index() == 0
   if is_chief:
@@ -52,38 +97,59 @@ def train(c: ml_collections.ConfigDict, workdir: str) -> int:
 
   mesh = mesh_lib.make_mesh(c.mesh)
   loaded = model_lib.build(c.model, mesh)
+  ident = checkpoints.identity(c, checkpoints.model_shape(loaded.model))
+  checkpoints.check_identity(work, ident)
   actor = lora.apply(loaded.model, c.lora, mesh)
   logging.info("LoRA: %d trainable parameters", lora.num_lora_params(actor))
+  resume_step = (checkpoints.saved_steps(work) or [None])[-1]
+  if resume_step is not None:
+    checkpoints.check_compatible(work, resume_step, actor)
+  if is_chief:
+    checkpoints.write_identity(work, ident)
   splits = data_lib.build_splits(c.data, loaded.tokenizer, c.rollout.max_prompt_length)
   logging.info("data: %d train, %d held-out problems (%d dropped as too long)",
                len(splits.train), len(splits.heldout), splits.dropped)
-  reward_fns = rewards.build_reward_fns(c.rewards.preset, dict(c.rewards.weights))
   stop_ids = tokenizer_lib.stop_token_ids(loaded.tokenizer)
 
   writer = metrics_lib.Writer(
       work / "tensorboard", flush_every_steps=c.log.flush_every_steps,
       max_steps=c.train.max_steps, is_chief=is_chief,
   )
-  cluster = rl_cluster_lib.RLCluster(
-      actor=actor,
-      reference=loaded.model,
-      tokenizer=loaded.tokenizer,
-      cluster_config=config_lib.cluster_config(c, mesh, work, writer, stop_ids),
-  )
+  try:
+    cluster = rl_cluster_lib.RLCluster(
+        actor=actor,
+        reference=loaded.model,
+        tokenizer=loaded.tokenizer,
+        cluster_config=config_lib.cluster_config(c, mesh, work, writer, stop_ids),
+    )
+  except ValueError as e:
+    writer.close()
+    if resume_step is not None and "stored shape" in str(e):
+      raise errors.UserError(
+          f"{checkpoints.actor_dir(work)}: checkpoint step {resume_step} does not"
+          f" fit this config ({str(e).splitlines()[0][:160]}); use a new --workdir"
+      ) from None
+    raise
+  trainer = cluster.actor_trainer
   learner = learner_lib.Learner(
       rl_cluster=cluster,
       algo_config=learner_lib.algo_config(c.grpo),
-      reward_fns=reward_fns,
+      reward_fns=hooks_lib.finite_rewards(
+          rewards.build_reward_fns(c.rewards.preset, dict(c.rewards.weights)),
+          current_step=lambda: trainer.train_steps + 1,
+      ),
       rollout_seed=c.rollout.seed,
+      refill_problems=splits.train,  # fresh prompts for grpo.dynamic_sampling
   )
-  trainer = cluster.actor_trainer
   # One update per step: align Tunix's step counter with the restored one.
   cluster.global_steps = trainer.train_steps
-  if trainer.train_steps >= c.train.max_steps:
-    logging.info("%s already holds step %d >= train.max_steps; nothing to do",
-                 work, trainer.train_steps)
+  if trainer.train_steps >= c.train.max_steps or stop.requested:
     cluster.close()
     writer.close()
+    if stop.requested:
+      return _stopped(stop, work, trainer.train_steps)
+    logging.info("%s already holds step %d >= train.max_steps; nothing to do",
+                 work, trainer.train_steps)
     return 0
   if trainer.train_steps:
     logging.info("Resuming from step %d in %s", trainer.train_steps, work)
@@ -98,7 +164,6 @@ def train(c: ml_collections.ConfigDict, workdir: str) -> int:
     metrics, _ = evaluate.run(generate, heldout, c.eval.batch_size)
     return {f"eval/{k}": v for k, v in metrics.items()}
 
-  stop = hooks_lib.StopSignal().install()
   run_hooks = hooks_lib.RunHooks(
       writer=writer,
       max_steps=c.train.max_steps,
@@ -110,24 +175,43 @@ def train(c: ml_collections.ConfigDict, workdir: str) -> int:
   trainer.with_training_hooks(run_hooks)
   batches = data_lib.train_batches(splits.train, c.train.batch_size, c.data.shuffle_seed)
   try:
+    # On success Tunix closes the cluster: the last checkpoint is written and
+    # Orbax's asynchronous save has finished when this returns.
     learner.train(stop.guard(iter(batches)))
   except hooks_lib.NonFiniteError as e:
-    trainer.checkpoint_manager.close()
-    kept = run_hooks.last_good_step or trainer.checkpoint_manager.latest_step()
-    print(f"error: {e}; training stopped, the last good checkpoint"
-          f" (step {kept}) is kept in {work / 'checkpoints'}", file=sys.stderr)
+    trainer.checkpoint_manager.close()  # waits for a save still in flight
+    kept = checkpoints.saved_steps(work)
+    where = (f"the last good checkpoint, step {kept[-1]}, is kept in"
+             f" {checkpoints.actor_dir(work)}" if kept else "no checkpoint was saved")
+    print(f"error: {e}; training stopped; {where}", file=sys.stderr, flush=True)
     return EXIT_NONFINITE
+  except BaseException:
+    trainer.checkpoint_manager.close()
+    raise
   finally:
-    stop.uninstall()
     writer.close()
   if stop.requested:
-    name = signal.Signals(stop.signum).name
-    print(f"{name}: stopped after step {trainer.train_steps}; checkpoint saved in"
-          f" {work / 'checkpoints'}; rerun the same command to resume.",
-          file=sys.stderr)
-    return 128 + stop.signum
+    return _stopped(stop, work, trainer.train_steps)
   logging.info("Done: %d steps in %s", trainer.train_steps, work)
+  if is_chief:
+    from gemma_grpo import plots  # pylint: disable=g-import-not-at-top
+
+    logging.info("Plots: %s", ", ".join(str(p) for p in plots.write_plots(work)))
   return 0
+
+
+def _stopped(stop, work: pathlib.Path, step: int) -> int:
+  name = signal.Signals(stop.signum).name
+  saved = checkpoints.saved_steps(work)
+  if step and saved and saved[-1] == step:
+    where = f"checkpoint step {step} saved in {checkpoints.actor_dir(work)}"
+  elif saved:
+    where = f"latest checkpoint is step {saved[-1]} in {checkpoints.actor_dir(work)}"
+  else:
+    where = "no checkpoint yet"
+  print(f"{name}: stopped after step {step}; {where}; rerun the same command"
+        " to resume.", file=sys.stderr, flush=True)
+  return 128 + stop.signum
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,12 +231,19 @@ def main(argv: list[str] | None = None) -> int:
     leftover = config_lib.apply_overrides(c, rest)
     if leftover:
       parser.error(f"unrecognized arguments: {' '.join(leftover)}")
+    # Everything that needs no devices fails here, before JAX starts.
+    config_lib.validate(c)
     from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
     from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
 
     mesh_lib.maybe_initialize_distributed()
     metrics_lib.configure_logging()
-    return train(c, known.workdir or default_workdir(known.config))
+    try:
+      return train(c, known.workdir or default_workdir(known.config))
+    except KeyboardInterrupt:
+      print("interrupted (second Ctrl-C): no checkpoint was written for the"
+            " step in progress", file=sys.stderr, flush=True)
+      return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

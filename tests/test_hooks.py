@@ -1,0 +1,178 @@
+"""Per-step checks, checkpoint decisions, reward checks and stop signals."""
+
+import inspect
+import math
+import os
+import signal
+
+from flax import nnx
+import jax.numpy as jnp
+import pytest
+
+from gemma_grpo import hooks
+
+
+class Adapter(nnx.Module):
+
+  def __init__(self, value: float):
+    self.a = nnx.LoRAParam(jnp.full((2, 3), value))
+    self.frozen = nnx.Param(jnp.zeros(2))
+
+
+class FakeTrainer:
+  """What RunHooks reads from Tunix's trainer: the step count and the model."""
+
+  def __init__(self, value: float = 0.5):
+    self.train_steps = 0
+    self.model = Adapter(value)
+
+
+class FakeWriter:
+
+  def __init__(self):
+    self.scalars_seen, self.finished = [], []
+
+  def scalar(self, name, value, step):
+    self.scalars_seen.append((name, step))
+
+  def scalars(self, values, step):
+    for name in values:
+      self.scalar(name, values[name], step)
+
+  def finish_through(self, step):
+    self.finished.append(step)
+
+
+def make_hooks(*, every=1, max_steps=5, stop=None):
+  saved = []
+  run_hooks = hooks.RunHooks(
+      writer=FakeWriter(), max_steps=max_steps, checkpoint_every=every,
+      eval_every=0, evaluate=None, stop=stop or hooks.StopSignal(),
+      save=lambda trainer, step: saved.append(step),
+  )
+  return run_hooks, saved
+
+
+def test_finite_steps_are_checkpointed_every_n_and_at_the_end():
+  run_hooks, saved = make_hooks(every=2, max_steps=5)
+  trainer = FakeTrainer()
+  run_hooks.on_train_start(trainer)
+  for step in range(1, 6):
+    trainer.train_steps = step
+    run_hooks.on_train_end(trainer)
+  assert saved == [2, 4, 5]
+  assert run_hooks.last_good_step == 5
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_parameters_stop_without_overwriting_the_checkpoint(bad):
+  run_hooks, saved = make_hooks(every=1)
+  trainer = FakeTrainer()
+  run_hooks.on_train_start(trainer)
+  trainer.train_steps = 1
+  run_hooks.on_train_end(trainer)
+  trainer.model.a.value = trainer.model.a.value.at[1, 2].set(bad)
+  trainer.train_steps = 2
+  with pytest.raises(hooks.NonFiniteError, match=r"^step 2: LoRA parameters became NaN/Inf"):
+    run_hooks.on_train_end(trainer)
+  assert saved == [1]  # step 2 was never written
+
+
+def test_gradient_accumulation_acts_once_per_step():
+  # Tunix calls on_train_end after every micro-batch; only the last of a step
+  # moves train_steps on.
+  run_hooks, saved = make_hooks(every=1)
+  trainer = FakeTrainer()
+  run_hooks.on_train_start(trainer)
+  for step in (0, 1, 1, 2):  # micro-batches 1, 2 of step 1 and 2 ...
+    trainer.train_steps = step
+    run_hooks.on_train_end(trainer)
+  assert saved == [1, 2]
+  assert [s for name, s in run_hooks._writer.scalars_seen if name == "perf/step_seconds"] == [1, 2]
+
+
+def test_a_requested_stop_checkpoints_the_step_regardless_of_the_period():
+  stop = hooks.StopSignal()
+  run_hooks, saved = make_hooks(every=100, max_steps=10, stop=stop)
+  trainer = FakeTrainer()
+  run_hooks.on_train_start(trainer)
+  trainer.train_steps = 1
+  run_hooks.on_train_end(trainer)
+  stop.signum = signal.SIGTERM
+  trainer.train_steps = 2
+  run_hooks.on_train_end(trainer)
+  assert saved == [2]
+
+
+@pytest.mark.parametrize("loss, ok", [(0.25, True), (None, True), (math.nan, False), (math.inf, False)])
+def test_non_finite_loss_names_its_step(loss, ok):
+  run_hooks, _ = make_hooks()
+  if ok:
+    run_hooks.on_train_step_end(FakeTrainer(), 4, loss)
+  else:
+    with pytest.raises(hooks.NonFiniteError, match=r"^step 4: loss is (nan|inf)"):
+      run_hooks.on_train_step_end(FakeTrainer(), 4, loss)
+
+
+def reward_a(prompts, completions, answer, **kwargs):
+  del prompts, answer, kwargs
+  return [float(len(c)) for c in completions]
+
+
+def reward_b(prompts, completions, answer, **kwargs):
+  del prompts, answer, kwargs
+  return [math.nan if c == "bad" else 1.0 for c in completions]
+
+
+def test_finite_rewards_pass_values_through_and_keep_name_and_signature():
+  (checked,) = hooks.finite_rewards([reward_a], current_step=lambda: 1)
+  assert checked.__name__ == "reward_a"
+  assert inspect.signature(checked) == inspect.signature(reward_a)  # Tunix reads it
+  assert checked(prompts=["p", "p"], completions=["ab", "c"], answer=["1", "1"]) == [2.0, 1.0]
+
+
+@pytest.mark.parametrize("completions, index, shown", [
+    (["ok", "bad"], 1, "nan"),
+    (["bad", "bad", "ok"], 0, "nan"),
+])
+def test_non_finite_reward_names_step_function_and_completion(completions, index, shown):
+  (checked,) = hooks.finite_rewards([reward_b], current_step=lambda: 7)
+  with pytest.raises(hooks.NonFiniteError) as e:
+    checked(prompts=["p"] * len(completions), completions=completions, answer=["1"] * len(completions))
+  assert str(e.value).startswith(
+      f"step 7: reward function reward_b returned {shown} for completion {index}")
+
+
+def test_infinite_reward_is_caught():
+  def explode(prompts, completions, **kwargs):
+    del prompts, kwargs
+    return [math.inf] * len(completions)
+  (checked,) = hooks.finite_rewards([explode], current_step=lambda: 3)
+  with pytest.raises(hooks.NonFiniteError, match="step 3: reward function explode returned inf"):
+    checked(prompts=["p"], completions=["c"])
+
+
+def test_stop_signal_marks_a_stop_and_the_guard_ends_the_batches():
+  previous = signal.getsignal(signal.SIGTERM)
+  stop = hooks.StopSignal().install()
+  try:
+    batches = stop.guard(iter(range(10)))
+    assert [next(batches), next(batches)] == [0, 1]
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.requested and stop.signum == signal.SIGTERM
+    assert list(batches) == []
+  finally:
+    stop.uninstall()
+  assert signal.getsignal(signal.SIGTERM) == previous
+
+
+def test_a_second_ctrl_c_interrupts_at_once():
+  stop = hooks.StopSignal().install()
+  try:
+    os.kill(os.getpid(), signal.SIGINT)
+    assert stop.signum == signal.SIGINT
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signal.SIGINT)
+  finally:
+    stop.uninstall()
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
