@@ -21,6 +21,8 @@ _CONSOLE_KEYS = (
     ("kl", "actor/train/kl"),
     ("grad", "actor/train/grad_norm"),
     ("len", "completions/train/mean_length"),
+    ("entropy", "actor/train/entropy"),
+    ("zero-std", "diagnostics/train/zero_std_frac"),
     ("lr", "actor/train/learning_rate"),
     ("s/step", "perf/step_seconds"),
 )

@@ -1,0 +1,191 @@
+"""The GRPO-family policy loss, one function for grpo, dapo, dr_grpo and gspo.
+
+Registered in Tunix's function registry as `gemma_grpo` (the learner's
+algorithm config names it), so Tunix's trainer calls it like its own
+`grpo_loss_fn`. It exists because that one cannot report the clip fractions of
+the two sides separately, and it is split in two so each half can change
+alone:
+
+  per_token_logps_and_entropy  the only place the policy model runs; a later
+                               memory/speed rewrite replaces just this.
+  policy_loss                  pure math on per-token log-probabilities,
+                               testable without a model.
+
+Notation (o_i: completion i of a group of G, |o_i| its length in tokens, L the
+generation limit rollout.max_new_tokens, A_i its advantage):
+  token ratio     r_it = pi(o_it) / pi_old(o_it)
+  sequence ratio  s_i  = exp(1/|o_i| sum_t log r_it)                   (GSPO)
+  clipped term    l_it = -min(r A_i, clip(r, 1 - eps_low, 1 + eps_high) A_i)
+  KL (k3)         k_it = pi_ref/pi - log(pi_ref/pi) - 1                (GRPO)
+  aggregation     sequence-mean-token-mean  1/G sum_i 1/|o_i| sum_t    (GRPO, GSPO)
+                  token-mean                1/sum_i|o_i| sum_i sum_t   (DAPO)
+                  sequence-mean-token-scale 1/G sum_i 1/L sum_t        (Dr. GRPO)
+  loss = agg(l) + beta * agg(k)
+"""
+
+from __future__ import annotations
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+from tunix.rl import common
+from tunix.rl import function_registry
+
+LOSS_NAME = "gemma_grpo"
+# |log r| is clamped here before exp(): r = e^20 is already far outside any
+# clip range, and the clamp keeps a rare outlier from overflowing to inf.
+LOG_RATIO_LIMIT = 20.0
+AGGREGATIONS = (
+    "sequence-mean-token-mean", "token-mean", "sequence-mean-token-scale",
+)
+
+
+def per_token_logps_and_entropy(model, prompt_ids, completion_ids, pad_id: int,
+                                eos_id: int, temperature: float):
+  """Log pi(o_t | prefix) of each completion token and the policy's entropy there.
+
+  Both are of the sampling distribution: logits divided by the rollout
+  temperature (top-k/top-p truncation is not applied). The entropy carries no
+  gradient; it is a diagnostic.
+
+  Args:
+    model: the policy (an nnx module taking Tunix's Gemma-3 inputs).
+    prompt_ids: [B, P] left-padded prompt tokens.
+    completion_ids: [B, T] right-padded completion tokens.
+    pad_id, eos_id: token ids.
+    temperature: rollout temperature.
+
+  Returns:
+    (logps_BxT, entropy_BxT), float32; positions past a completion's end hold
+    values for pad tokens, to be masked by the caller.
+  """
+  graphdef, state = nnx.split(model)
+  logps_BxT, logits_BxTxV = common.compute_per_token_logps(
+      graphdef, state,
+      prompt_tokens=prompt_ids,
+      completion_tokens=completion_ids,
+      pad_id=pad_id,
+      eos_id=eos_id,
+      stop_gradient=False,
+      return_logits=True,
+      temperature=temperature,
+  )
+  log_probs_BxTxV = jax.nn.log_softmax(
+      jax.lax.stop_gradient(logits_BxTxV).astype(jnp.float32), axis=-1)
+  entropy_BxT = -jnp.sum(jnp.exp(log_probs_BxTxV) * log_probs_BxTxV, axis=-1)
+  return logps_BxT.astype(jnp.float32), entropy_BxT
+
+
+def token_mean(x_BxT, mask_BxT):
+  """Mean of x over the completion tokens of the whole batch."""
+  mask = mask_BxT.astype(jnp.float32)
+  return jnp.sum(x_BxT * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def policy_loss(
+    logps_BxT,
+    advantages_B,
+    mask_BxT,
+    *,
+    old_logps_BxT=None,
+    ref_logps_BxT=None,
+    epsilon_low: float,
+    epsilon_high: float,
+    beta: float,
+    sequence_ratio: bool,
+    aggregation: str,
+):
+  """The clipped surrogate (+ beta * KL) and its diagnostics.
+
+  Args:
+    logps_BxT: log pi of the completion tokens (carries the gradient).
+    advantages_B: one advantage per completion.
+    mask_BxT: 1 on completion tokens, 0 on padding.
+    old_logps_BxT: log pi_old of the policy that sampled; None means the
+      samples come from the current parameters (one update per rollout), so
+      the ratio is exactly 1 while its gradient is grad log pi.
+    ref_logps_BxT: log pi_ref; None skips the KL term and its metric.
+    epsilon_low, epsilon_high: clip range [1 - eps_low, 1 + eps_high].
+    beta: KL weight.
+    sequence_ratio: GSPO: clip and weight with s_i instead of r_it (the
+      GSPO-token form: value s_i, gradient s_i * grad log pi(o_it)).
+    aggregation: one of AGGREGATIONS (Tunix's common.aggregate_loss modes;
+      sequence-mean-token-scale divides by T, the padded completion width,
+      which the learner makes equal to the generation limit L).
+
+  Returns:
+    (loss, aux): aux holds scalars: pg_loss, kl (token-mean k3, 0 when
+    ref_logps_BxT is None), kl_loss, pg_clipfrac (tokens whose clipped side
+    is active), clipfrac/low (r < 1 - eps_low with A < 0), clipfrac/high
+    (r > 1 + eps_high with A > 0), ratio/{mean,min,max}, token_prob (mean
+    probability pi(o_t) of the sampled tokens).
+  """
+  if aggregation not in AGGREGATIONS:
+    raise ValueError(f"aggregation={aggregation!r}: use one of {AGGREGATIONS}")
+  mask_BxT = mask_BxT.astype(jnp.float32)
+  if old_logps_BxT is None:
+    old_logps_BxT = jax.lax.stop_gradient(logps_BxT)
+  log_ratio_BxT = jnp.clip(logps_BxT - old_logps_BxT, -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+  if sequence_ratio:
+    lengths_B = jnp.maximum(mask_BxT.sum(axis=-1), 1.0)
+    log_s_B = (log_ratio_BxT * mask_BxT).sum(axis=-1) / lengths_B
+    log_ratio_BxT = (logps_BxT - jax.lax.stop_gradient(logps_BxT)
+                     + jax.lax.stop_gradient(log_s_B)[:, None])
+  ratio_BxT = jnp.exp(log_ratio_BxT)
+  adv_Bx1 = advantages_B.astype(jnp.float32)[:, None]
+
+  unclipped_BxT = -adv_Bx1 * ratio_BxT
+  clipped_BxT = -adv_Bx1 * jnp.clip(ratio_BxT, 1.0 - epsilon_low, 1.0 + epsilon_high)
+  per_token_loss_BxT = jnp.maximum(unclipped_BxT, clipped_BxT)
+  pg_loss = common.aggregate_loss(per_token_loss_BxT, mask_BxT, aggregation)
+  loss = pg_loss
+
+  kl = kl_loss = jnp.float32(0.0)
+  if ref_logps_BxT is not None:
+    kl_BxT = common.compute_kl_divergence(logps_BxT, ref_logps_BxT, "low_var_kl")
+    kl = token_mean(kl_BxT, mask_BxT)
+    kl_loss = common.aggregate_loss(kl_BxT, mask_BxT, aggregation)
+    if beta:
+      loss = loss + beta * kl_loss
+
+  ratio = jax.lax.stop_gradient(ratio_BxT)
+  adv_BxT = jnp.broadcast_to(adv_Bx1, ratio.shape)
+  present_BxT = mask_BxT > 0
+  aux = {
+      "pg_loss": pg_loss,
+      "kl": kl,
+      "kl_loss": kl_loss,
+      "pg_clipfrac": token_mean(clipped_BxT > unclipped_BxT, mask_BxT),
+      "clipfrac/low": token_mean((ratio < 1.0 - epsilon_low) & (adv_BxT < 0), mask_BxT),
+      "clipfrac/high": token_mean((ratio > 1.0 + epsilon_high) & (adv_BxT > 0), mask_BxT),
+      "ratio/mean": token_mean(ratio, mask_BxT),
+      "ratio/min": jnp.min(jnp.where(present_BxT, ratio, jnp.inf)),
+      "ratio/max": jnp.max(jnp.where(present_BxT, ratio, -jnp.inf)),
+      "token_prob": token_mean(jnp.exp(jax.lax.stop_gradient(logps_BxT)), mask_BxT),
+  }
+  return loss, aux
+
+
+@function_registry.register_policy_loss_fn(LOSS_NAME)
+def loss_fn(model, train_example, algo_config, pad_id, eos_id, **unused):
+  """Tunix's policy-loss signature; settings come from learner.AlgoConfig."""
+  del unused
+  logps_BxT, entropy_BxT = per_token_logps_and_entropy(
+      model, train_example.prompt_ids, train_example.completion_ids,
+      pad_id, eos_id, algo_config.temperature,
+  )
+  mask_BxT = train_example.completion_mask
+  loss, aux = policy_loss(
+      logps_BxT,
+      train_example.advantages,
+      mask_BxT,
+      old_logps_BxT=train_example.old_per_token_logps,
+      ref_logps_BxT=train_example.ref_per_token_logps,
+      epsilon_low=algo_config.epsilon,
+      epsilon_high=algo_config.epsilon_high,
+      beta=algo_config.beta or 0.0,
+      sequence_ratio=algo_config.loss_algo == "gspo-token",
+      aggregation=algo_config.loss_agg_mode,
+  )
+  aux["entropy"] = token_mean(entropy_BxT, mask_BxT)
+  return loss, aux

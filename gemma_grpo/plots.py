@@ -1,0 +1,169 @@
+"""PNG curves of a run: `gemma-grpo plot WORKDIR` -> WORKDIR/plots/*.png.
+
+Reads <workdir>/tensorboard/metrics.jsonl (one row per step) and draws the
+curves that tell whether GRPO training is healthy: rewards (total and per
+function), completion length and truncation, policy entropy, KL to the
+reference, and held-out accuracy when the run evaluated. Noisy per-step
+series are drawn faint with a moving average on top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import numpy as np
+
+from gemma_grpo import errors
+from gemma_grpo import metrics as metrics_lib
+
+_REWARD_SUMMARIES = ("sum", "mean", "min", "max")
+
+
+def _series(rows: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
+  """(steps, values) of the rows holding a finite `key`."""
+  pairs = [(r["step"], r[key]) for r in rows
+           if isinstance(r.get(key), (int, float)) and np.isfinite(r[key])]
+  if not pairs:
+    return np.array([]), np.array([])
+  steps, values = zip(*pairs)
+  return np.asarray(steps), np.asarray(values, dtype=np.float64)
+
+
+def moving_average(values: np.ndarray, window: int) -> np.ndarray:
+  """Trailing mean over up to `window` points (shorter at the start)."""
+  sums = np.cumsum(np.insert(values, 0, 0.0))
+  ends = np.arange(1, len(values) + 1)
+  starts = np.maximum(ends - window, 0)
+  return (sums[ends] - sums[starts]) / (ends - starts)
+
+
+def _draw(ax, steps, values, label: str, color) -> None:
+  window = max(1, len(values) // 20)
+  if window > 1:
+    ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
+    ax.plot(steps, moving_average(values, window), color=color, linewidth=2,
+            label=f"{label} (mean of {window})")
+  else:
+    ax.plot(steps, values, color=color, linewidth=2, marker="o", markersize=3, label=label)
+
+
+def _panel(ax, rows: list[dict], title: str, ylabel: str,
+           curves: list[tuple[str, str]], band: tuple[str, str] | None) -> None:
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+
+  colors = plt.get_cmap("tab10").colors
+  for i, (key, label) in enumerate(curves):
+    steps, values = _series(rows, key)
+    _draw(ax, steps, values, label, colors[i % len(colors)])
+  if band is not None:
+    mean_steps, means = _series(rows, band[0])
+    std_steps, stds = _series(rows, band[1])
+    if len(mean_steps) and np.array_equal(mean_steps, std_steps):
+      ax.fill_between(mean_steps, means - stds, means + stds, color=colors[0],
+                      alpha=0.12, label="± std over completions")
+  ax.set_title(title)
+  ax.set_xlabel("step")
+  ax.set_ylabel(ylabel)
+  ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+  if ylabel == "fraction":
+    ax.set_ylim(-0.03, 1.03)
+  ax.grid(True, alpha=0.3)
+  ax.legend(loc="best", fontsize=8)
+
+
+def _chart(path: pathlib.Path, rows: list[dict], panels: list[tuple]) -> bool:
+  """Writes one PNG of stacked panels (title, ylabel, curves, band).
+
+  curves are [(metric key, label)]; panels without data are left out, and
+  so is the file when no panel has any (returns False).
+  """
+  panels = [(title, ylabel, [(k, label) for k, label in curves if len(_series(rows, k)[0])], band)
+            for title, ylabel, curves, band in panels]
+  panels = [p for p in panels if p[2]]
+  if not panels:
+    return False
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.6 * len(panels)), dpi=120,
+                           squeeze=False)
+  for ax, panel in zip(axes[:, 0], panels):
+    _panel(ax, rows, *panel)
+  fig.tight_layout()
+  fig.savefig(path)
+  plt.close(fig)
+  return True
+
+
+def write_plots(workdir: str | pathlib.Path) -> list[pathlib.Path]:
+  """Writes the run's PNG charts into <workdir>/plots/ and returns their paths.
+
+  Raises:
+    errors.UserError: the run has no metrics yet.
+  """
+  workdir = pathlib.Path(workdir)
+  source = workdir / "tensorboard" / "metrics.jsonl"
+  if not source.is_file():
+    raise errors.UserError(f"{source}: missing; is {workdir} a gemma-grpo work directory with at least one step?")
+  rows = metrics_lib.read_jsonl(source)
+  if not rows:
+    raise errors.UserError(f"{source}: no metrics yet; plot again after the first training step")
+  out = workdir / "plots"
+  out.mkdir(parents=True, exist_ok=True)
+  keys = sorted({k for r in rows for k in r})
+  reward_fns = [k for k in keys if k.startswith("rewards/train/")
+                and k.rsplit("/", 1)[1] not in _REWARD_SUMMARIES]
+  charts = {
+      "rewards.png": [
+          ("Reward per completion", "reward",
+           [("diagnostics/train/reward/mean", "total (advantage input)"),
+            ("rewards/train/sum", "sum of reward functions")],
+           ("diagnostics/train/reward/mean", "diagnostics/train/reward/std")),
+          ("Reward per function (mean)", "reward",
+           [(k, k.rsplit("/", 1)[1]) for k in reward_fns], None),
+      ],
+      "completion_length.png": [
+          ("Completion length", "tokens",
+           [("completions/train/mean_length", "mean"), ("completions/train/max_length", "max"),
+            ("completions/train/min_length", "min")], None),
+          ("Completions cut at the length limit; groups with equal rewards", "fraction",
+           [("completions/train/truncated_frac", "truncated"),
+            ("diagnostics/train/zero_std_frac", "zero-std groups")], None),
+      ],
+      "entropy.png": [
+          ("Policy entropy per completion token", "nats",
+           [("actor/train/entropy", "entropy")], None),
+      ],
+      "kl.png": [
+          ("KL to the reference policy (k3, per token)", "nats",
+           [("actor/train/kl", "KL")], None),
+      ],
+      "accuracy.png": [
+          ("Held-out accuracy (greedy decoding)", "fraction",
+           [("eval/accuracy", "accuracy"), ("eval/format_accuracy", "format accuracy")], None),
+      ],
+  }
+  written = [out / name for name, panels in charts.items() if _chart(out / name, rows, panels)]
+  if not written:
+    raise errors.UserError(f"{source}: none of the plotted metrics is present")
+  return written
+
+
+def main(argv: list[str] | None = None) -> int:
+  """`gemma-grpo plot WORKDIR`."""
+  parser = argparse.ArgumentParser(prog="gemma-grpo plot", description=__doc__.splitlines()[0])
+  parser.add_argument("workdir", help="a training run's work directory")
+  args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+  with errors.exit_on_user_error():
+    for path in write_plots(args.workdir):
+      print(path)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,203 @@
+"""Tests for gemma_grpo.learner: DAPO's pieces, the algorithm switch, and
+two-step tiny runs of every algorithm with their diagnostics.
+"""
+
+import ml_collections
+import numpy as np
+import pytest
+from tunix.rl import function_registry
+
+from configs import base
+from conftest import run_cli
+from gemma_grpo import data
+from gemma_grpo import learner
+from gemma_grpo import metrics
+from gemma_grpo import prompts
+
+
+# --- overlong penalty: L = 16 tokens, buffer B = 4, penalty 1.0 (or 0.5) ------
+
+@pytest.mark.parametrize("length, penalty, expected", [
+    (0, 1.0, 0.0),
+    (11, 1.0, 0.0),     # below the buffer
+    (12, 1.0, 0.0),     # L - B: the buffer starts after this
+    (13, 1.0, -0.25),   # inside: -(13 - 12) / 4
+    (14, 1.0, -0.5),
+    (15, 1.0, -0.75),
+    (16, 1.0, -1.0),    # at L: the full penalty
+    (20, 1.0, -1.0),    # beyond L: stays at the full penalty
+    (14, 0.5, -0.25),   # scaled by the penalty factor
+    (16, 0.5, -0.5),
+])
+def test_overlong_penalty(length, penalty, expected):
+  [value] = learner.overlong_penalty([length], max_length=16, buffer=4, penalty=penalty)
+  assert value == pytest.approx(expected)
+
+
+def test_overlong_penalty_off_with_zero_buffer():
+  np.testing.assert_array_equal(learner.overlong_penalty([3, 16], 16, 0, 1.0), [0.0, 0.0])
+
+
+# --- dynamic sampling ---------------------------------------------------------
+
+FLAT = [1.0, 1.0]    # a group whose rewards are all equal (zero std)
+SPREAD = [0.0, 1.0]  # a group with a reward spread
+
+
+def test_has_signal():
+  np.testing.assert_array_equal(
+      learner.has_signal([FLAT, SPREAD, [0.0, 0.0], [-1.0, -1.5]]), [False, True, False, True])
+
+
+def test_select_groups_keeps_informative_groups_without_refilling_when_full():
+  calls = []
+  sel = learner.select_groups([SPREAD, SPREAD], lambda r: calls.append(r), 2, 3)
+  assert sel.picks == ((0, 0), (0, 1))
+  assert calls == [] and sel.extra_rounds == 0 and sel.padded == 0
+
+
+def test_select_groups_refills_from_extra_rounds_and_drops_flat_groups():
+  refills = {1: [FLAT, SPREAD, FLAT], 2: [SPREAD, SPREAD, FLAT]}
+  calls = []
+
+  def roll_more(round_):
+    calls.append(round_)
+    return refills[round_]
+
+  sel = learner.select_groups([SPREAD, FLAT, FLAT], roll_more, 3, 5)
+  assert calls == [1, 2]  # stopped as soon as 3 informative groups were in
+  assert sel.picks == ((0, 0), (1, 1), (2, 0))  # only groups with a spread
+  assert sel.extra_rounds == 2
+  assert sel.padded == 0
+  assert sel.dropped == 5  # every flat group rolled out
+  assert sel.surplus == 1  # (2, 1) had a spread but the batch was full
+  assert (sel.zero_std, sel.rolled_out) == (5, 9)
+
+
+def test_select_groups_stops_at_its_bound_and_pads_with_flat_groups():
+  calls = []
+
+  def roll_more(round_):
+    calls.append(round_)
+    return [FLAT, FLAT]
+
+  sel = learner.select_groups([FLAT, SPREAD], roll_more, 2, 2)
+  assert calls == [1, 2]  # max_extra_rounds = 2
+  assert sel.picks == ((0, 0), (0, 1))  # the batch's own flat group fills the gap
+  assert (sel.extra_rounds, sel.padded, sel.dropped) == (2, 1, 4)
+
+
+def test_select_groups_without_refills_keeps_the_batch():
+  sel = learner.select_groups([FLAT, SPREAD], None, 2, 3)
+  assert sel.picks == ((0, 0), (0, 1)) and sel.extra_rounds == 0 and sel.padded == 1
+
+
+PROBLEMS = [data.Problem(f"What is {i} + 1?", str(i + 1), "") for i in range(10)]
+
+
+def test_refill_batch_is_deterministic_per_step_call_and_round():
+  kwargs = dict(num_groups=3, num_generations=2, seed=7, step=4, call=0,
+                columns={"prompts": [], "answer": [], "trajectory_ids": []})
+  first = learner.refill_batch(PROBLEMS, round_=1, **kwargs)
+  again = learner.refill_batch(PROBLEMS, round_=1, **kwargs)
+  other = learner.refill_batch(PROBLEMS, round_=2, **kwargs)
+  assert first["prompts"] == again["prompts"]
+  assert first["prompts"] != other["prompts"]
+  assert len(first["prompts"]) == 6 and first["prompts"][0] == first["prompts"][1]
+  gold = {prompts.render_prompt(p.question): p.answer for p in PROBLEMS}
+  assert all(gold[q] == a for q, a in zip(first["prompts"], first["answer"]))
+  assert set(first) == {"prompts", "answer", "trajectory_ids"}
+
+
+def test_refill_batch_needs_every_training_column():
+  with pytest.raises(ValueError, match="difficulty"):
+    learner.refill_batch(PROBLEMS, num_groups=1, num_generations=2, seed=0, step=0,
+                         call=0, round_=1, columns={"prompts": [], "difficulty": []})
+
+
+# --- the algorithm switch -----------------------------------------------------
+
+
+def grpo_section(**overrides) -> ml_collections.ConfigDict:
+  c = base.get_config().grpo
+  with c.unlocked():
+    c.update(overrides)
+  return c
+
+
+@pytest.mark.parametrize("algorithm, expected", [
+    ("grpo", dict(advantage_estimator="grpo", loss_agg_mode="sequence-mean-token-mean",
+                  loss_algo="grpo", epsilon=0.2, epsilon_high=0.2, beta=0.08)),
+    ("dapo", dict(advantage_estimator="grpo", loss_agg_mode="token-mean",
+                  loss_algo="grpo", epsilon=0.2, epsilon_high=0.28, beta=0.0)),
+    ("dr_grpo", dict(advantage_estimator="drgrpo", loss_agg_mode="sequence-mean-token-scale",
+                     loss_algo="grpo", epsilon=0.2, epsilon_high=0.2, beta=0.08)),
+    ("gspo", dict(advantage_estimator="grpo", loss_agg_mode="sequence-mean-token-mean",
+                  loss_algo="gspo-token", epsilon=3e-4, epsilon_high=4e-4, beta=0.08)),
+])
+def test_algo_config(algorithm, expected):
+  cfg = learner.algo_config(grpo_section(algorithm=algorithm))
+  assert cfg.policy_loss_fn == "gemma_grpo"
+  assert cfg.kl_loss_mode == "low_var_kl"
+  assert {f: getattr(cfg, f) for f in expected} == pytest.approx(expected)
+
+
+def test_algo_config_carries_dapo_extras():
+  cfg = learner.algo_config(grpo_section(
+      algorithm="dapo", beta=0.0, overlong_buffer=64, overlong_penalty=0.5,
+      dynamic_sampling=True, max_resample_rounds=2))
+  assert (cfg.overlong_buffer, cfg.overlong_penalty) == (64, 0.5)
+  assert (cfg.dynamic_sampling, cfg.max_resample_rounds) == (True, 2)
+
+
+@pytest.mark.parametrize("name, rewards, expected", [
+    # GRPO: (r - mean) / std with the sample std (ddof 1) of the group.
+    ("grpo", [1.0, 3.0, 0.0, 0.0], [-1 / np.sqrt(2), 1 / np.sqrt(2), 0.0, 0.0]),
+    # Dr. GRPO: r - mean only.
+    ("drgrpo", [1.0, 3.0, 0.0, 4.0], [-1.0, 1.0, -2.0, 2.0]),
+])
+def test_advantage_estimators(name, rewards, expected):
+  fn = function_registry.get_advantage_estimator(name)
+  np.testing.assert_allclose(fn(rewards=np.array(rewards), num_generations=2), expected,
+                             rtol=1e-5, atol=1e-6)
+
+
+# --- two steps of every algorithm on configs/tiny.py --------------------------
+
+DIAGNOSTICS = (
+    "rewards/train/sum", "diagnostics/train/reward/mean", "diagnostics/train/reward/std",
+    "diagnostics/train/reward_std/answer_correct", "diagnostics/train/zero_std_frac",
+    "completions/train/mean_length", "completions/train/max_length",
+    "completions/train/truncated_frac", "actor/train/entropy", "actor/train/token_prob",
+    "actor/train/kl", "actor/train/clipfrac/low", "actor/train/clipfrac/high",
+    "diagnostics/train/advantage/abs_mean", "diagnostics/train/advantage/max",
+    "diagnostics/train/advantage/min", "diagnostics/train/advantage/nonzero_frac",
+    "perf/train/rollout_tokens_per_second", "perf/step_seconds",
+)
+DAPO = ("--config.grpo.beta=0", "--config.grpo.overlong_buffer=4",
+        "--config.grpo.dynamic_sampling=true", "--config.grpo.max_resample_rounds=1")
+
+
+@pytest.mark.parametrize("algorithm, extra", [
+    ("grpo", ()), ("dapo", DAPO), ("dr_grpo", ()), ("gspo", ()),
+])
+def test_tiny_config_trains_two_steps_and_logs_diagnostics(tmp_path, algorithm, extra):
+  workdir = tmp_path / "run"
+  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
+                  f"--config.grpo.algorithm={algorithm}", *extra])
+  assert "entropy" in proc.stdout and "zero-std" in proc.stdout
+  rows = metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
+  assert [r["step"] for r in rows] == [1, 2]
+  for row in rows:
+    missing = [k for k in DIAGNOSTICS if k not in row]
+    assert not missing, missing
+    # The tiny random model is near-uniform over Gemma's 262,144 tokens.
+    assert row["actor/train/entropy"] == pytest.approx(np.log(262144), abs=0.1)
+    assert 0 <= row["diagnostics/train/zero_std_frac"] <= 1
+  if algorithm == "dapo":
+    for row in rows:
+      assert row["diagnostics/train/dynamic_sampling/extra_rounds"] <= 1
+      assert "diagnostics/train/dynamic_sampling/padded_groups" in row
+      # Every completion hits the 16-token limit: the full overlong penalty.
+      assert row["rewards/train/overlong"] == pytest.approx(-1.0)
+      assert row["diagnostics/train/reward/mean"] == pytest.approx(row["rewards/train/sum"] - 1.0)
