@@ -134,11 +134,14 @@ class RunHooks(tunix_hooks.TrainingHooks):
     self._save = save or save_checkpoint
     self._last_time = None
     self._done_step: int | None = None
+    self._train_start = time.perf_counter()
     self.last_good_step: int | None = None
 
   def on_train_start(self, train_ctx):
+    # Tunix calls this once the step's rollout and reference pass are done.
+    self._train_start = time.perf_counter()
     if self._last_time is None:
-      self._last_time = time.perf_counter()
+      self._last_time = self._train_start
     if self._done_step is None:
       self._done_step = train_ctx.train_steps
 
@@ -163,7 +166,8 @@ class RunHooks(tunix_hooks.TrainingHooks):
     self._done_step = step
     now = time.perf_counter()
     if self._last_time is not None:
-      self._writer.scalar("perf/step_seconds", now - self._last_time, step)
+      self._writer.scalar("perf/train/step_seconds", now - self._last_time, step)
+    self._writer.scalar("perf/train/update_seconds", now - self._train_start, step)
     if not params_are_finite(train_ctx.model):
       raise NonFiniteError(
           f"step {step}: LoRA parameters became NaN/Inf (the loss or gradient"

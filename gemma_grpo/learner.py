@@ -41,6 +41,7 @@ import numpy as np
 from tunix.rl import function_registry
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.grpo import grpo_learner
+from tunix.sft import sharding_utils
 
 from gemma_grpo import data as data_lib
 from gemma_grpo import losses
@@ -379,9 +380,18 @@ class Learner(grpo_learner.GRPOLearner):
     logps_micro = (self._compute_logps_micro_batch_size or num_groups) * g
     ref_logps = None
     if self._with_ref:
-      ref_logps = self.rl_cluster.get_ref_per_token_logps(
-          prompt_tokens=prompt_ids, completion_tokens=completion_ids,
-          pad_id=pad, eos_id=eos, micro_batch_size=logps_micro)
+      start = time.perf_counter()
+      # Tunix's reference path materialises [B, P + T, V] logits; ours does not.
+      reference = self.rl_cluster.inference_worker.get_model("reference")
+      with self.rl_cluster.r2m[rl_cluster_lib.Role.REFERENCE]:
+        ref_logps = jnp.concatenate([
+            _sampling_logps(reference, *sharding_utils.shard_input(
+                (prompt_ids[s:s + logps_micro], completion_ids[s:s + logps_micro]), ("fsdp",)),
+                            pad, eos, cfg.temperature)
+            for s in range(0, len(rows), logps_micro)
+        ]).block_until_ready()
+      self.rl_cluster.buffer_metrics(
+          {"perf/reference_seconds": (time.perf_counter() - start, np.sum)}, mode=mode)
     old_logps = None
     if cfg.num_iterations > 1:
       # Tunix's own old log-probs ignore the sampling temperature; the loss

@@ -25,11 +25,12 @@ generation limit rollout.max_new_tokens, A_i its advantage):
 
 from __future__ import annotations
 
-from flax import nnx
 import jax
 import jax.numpy as jnp
 from tunix.rl import common
 from tunix.rl import function_registry
+
+from gemma_grpo import logprobs
 
 LOSS_NAME = "gemma_grpo"
 # |log r| is clamped here before exp(): r = e^20 is already far outside any
@@ -46,34 +47,25 @@ def per_token_logps_and_entropy(model, prompt_ids, completion_ids, pad_id: int,
 
   Both are of the sampling distribution: logits divided by the rollout
   temperature (top-k/top-p truncation is not applied). The entropy carries no
-  gradient; it is a diagnostic.
+  gradient; it is a diagnostic. The LM head runs on completion positions only,
+  in vocabulary chunks (logprobs.py): full [B, P + T, V] logits are never
+  materialised.
 
   Args:
-    model: the policy (an nnx module taking Tunix's Gemma-3 inputs).
+    model: the policy, a modeling.Gemma3 (with or without LoRA).
     prompt_ids: [B, P] left-padded prompt tokens.
     completion_ids: [B, T] right-padded completion tokens.
-    pad_id, eos_id: token ids.
+    pad_id, eos_id: token ids (eos_id is unused: padding marks the end).
     temperature: rollout temperature.
 
   Returns:
     (logps_BxT, entropy_BxT), float32; positions past a completion's end hold
     values for pad tokens, to be masked by the caller.
   """
-  graphdef, state = nnx.split(model)
-  logps_BxT, logits_BxTxV = common.compute_per_token_logps(
-      graphdef, state,
-      prompt_tokens=prompt_ids,
-      completion_tokens=completion_ids,
-      pad_id=pad_id,
-      eos_id=eos_id,
-      stop_gradient=False,
-      return_logits=True,
-      temperature=temperature,
-  )
-  log_probs_BxTxV = jax.nn.log_softmax(
-      jax.lax.stop_gradient(logits_BxTxV).astype(jnp.float32), axis=-1)
-  entropy_BxT = -jnp.sum(jnp.exp(log_probs_BxTxV) * log_probs_BxTxV, axis=-1)
-  return logps_BxT.astype(jnp.float32), entropy_BxT
+  del eos_id
+  logps_BxT, entropy_BxT = logprobs.per_token_logps(
+      model, prompt_ids, completion_ids, pad_id, temperature)
+  return logps_BxT, jax.lax.stop_gradient(entropy_BxT)
 
 
 def token_mean(x_BxT, mask_BxT):

@@ -88,7 +88,7 @@ def test_gradient_accumulation_acts_once_per_step():
     trainer.train_steps = step
     run_hooks.on_train_end(trainer)
   assert saved == [1, 2]
-  assert [s for name, s in run_hooks._writer.scalars_seen if name == "perf/step_seconds"] == [1, 2]
+  assert [s for name, s in run_hooks._writer.scalars_seen if name == "perf/train/step_seconds"] == [1, 2]
 
 
 def test_a_requested_stop_checkpoints_the_step_regardless_of_the_period():

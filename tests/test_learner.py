@@ -172,7 +172,7 @@ DIAGNOSTICS = (
     "actor/train/kl", "actor/train/clipfrac/low", "actor/train/clipfrac/high",
     "diagnostics/train/advantage/abs_mean", "diagnostics/train/advantage/max",
     "diagnostics/train/advantage/min", "diagnostics/train/advantage/nonzero_frac",
-    "perf/train/rollout_tokens_per_second", "perf/step_seconds",
+    "perf/train/rollout_tokens_per_second", "perf/train/step_seconds",
 )
 DAPO = ("--config.grpo.beta=0", "--config.grpo.overlong_buffer=4",
         "--config.grpo.dynamic_sampling=true", "--config.grpo.max_resample_rounds=1")

@@ -142,15 +142,26 @@ def test_unknown_aggregation_is_rejected():
 # --- the model-facing half ----------------------------------------------------
 
 
+class Embedder(nnx.Module):
+
+  def __init__(self, table):
+    self.input_embedding = nnx.Param(table.T)  # logits = hidden @ table.T.T
+
+
 class Bigram(nnx.Module):
-  """A 'language model' whose next-token logits depend on the last token only."""
+  """A 'language model' whose next-token logits depend on the last token only.
+
+  It has modeling.Gemma3's interface: one-hot hidden states and a tied
+  embedding, so hidden @ embedding.T = table[last token].
+  """
 
   def __init__(self, vocab: int):
     self.table = nnx.Param(jax.random.normal(jax.random.PRNGKey(0), (vocab, vocab)))
+    self.embedder = Embedder(self.table.value)
 
-  def __call__(self, tokens, positions=None, cache=None, attention_mask=None):
-    del positions, cache, attention_mask
-    return self.table[tokens], None
+  def hidden_states(self, tokens, positions=None, attention_mask=None):
+    del positions, attention_mask
+    return jax.nn.one_hot(tokens, self.table.value.shape[0])
 
 
 def numpy_log_softmax(x):

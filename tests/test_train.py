@@ -25,7 +25,7 @@ def test_two_steps_write_events_metrics_config_and_checkpoints(tiny_run):
       assert f"rewards/train/{name}" in row
     for key in ("actor/train/loss", "actor/train/kl", "actor/train/grad_norm",
                 "actor/train/learning_rate", "completions/train/mean_length",
-                "perf/step_seconds"):
+                "perf/train/step_seconds"):
       assert key in row, key
   saved = json.loads((tiny_run / "config.json").read_text())
   assert saved["model"]["source"] == "random" and saved["train"]["max_steps"] == 2
