@@ -259,11 +259,10 @@ class Plan:
   decoding: Any  # generation.Decoding
   num_samples: int
   batch_size: int
-  reward_preset: str
-  reward_weights: dict[str, float | None]
+  reward_config: Any  # the config's `rewards` section
 
   def reward_fns(self) -> list[Callable]:
-    return rewards.build_reward_fns(self.reward_preset, self.reward_weights)
+    return rewards.from_config(self.reward_config)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -557,7 +556,7 @@ def evaluate(target: Target, c, plan: Plan, mesh, *,
                        "top_k": None if d.greedy else d.top_k,
                        "seed": None if d.greedy else d.seed,
                        "batch_size": plan.batch_size, "stop_token_ids": stop_ids},
-          "rewards": {"preset": plan.reward_preset,
+          "rewards": {"preset": plan.reward_config.preset,
                       "functions": [fn.__name__ for fn in plan.reward_fns()]},
       },
       # Configs hold no secrets (tokens come from the environment, never read here).
@@ -645,11 +644,11 @@ def main(argv: list[str] | None = None) -> int:
     decoding, k = _decoding(args, c)
     problems, data_info = _load_problems(args, c)
     try:
-      rewards.build_reward_fns(c.rewards.preset, dict(c.rewards.weights))
+      rewards.from_config(c.rewards)
     except ValueError as e:
       raise errors.UserError(str(e)) from None
     plan = Plan(problems, data_info, c.rollout.max_prompt_length, decoding, k,
-                c.eval.batch_size, c.rewards.preset, dict(c.rewards.weights))
+                c.eval.batch_size, c.rewards)
     if plan.max_prompt_length < 8:
       raise errors.UserError(f"rollout.max_prompt_length={plan.max_prompt_length}: too small; use >= 128")
     base_report, base_target = _compare_baseline(args.compare, c) if args.compare else (None, None)

@@ -46,6 +46,7 @@ Presets weight the raw values (`build_reward_fns` applies them):
 from collections.abc import Callable, Mapping, Sequence
 import enum
 import functools
+import importlib
 import logging
 import math
 import numbers
@@ -352,3 +353,37 @@ def build_reward_fns(preset: str = DEFAULT_PRESET,
     raise ValueError("rewards.weights: every weight is zero; give at least "
                      f"one of {', '.join(REWARD_FUNCTIONS)} a non-zero weight")
   return fns
+
+
+def load_custom(spec: str) -> list[RewardFn]:
+  """Your own reward functions, `module:function[,module:function...]`.
+
+  Each is called like the built-in ones, fn(prompts, completions, answer,
+  **columns) -> list[float], with weight 1 (scale inside the function), and
+  logged as rewards/<function name>.
+  """
+  fns = []
+  for item in (part.strip() for part in (spec or "").split(",")):
+    if not item:
+      continue
+    module_name, _, attr = item.partition(":")
+    if not module_name or not attr:
+      raise ValueError(f"rewards.custom: {item!r} is not 'module:function'")
+    try:
+      module = importlib.import_module(module_name)
+    except ImportError as e:
+      raise ValueError(f"rewards.custom: cannot import {module_name!r} ({e}); is it on"
+                       " PYTHONPATH?") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+      raise ValueError(f"rewards.custom: {module_name} has no function {attr!r}")
+    if fn.__name__ in REWARD_FUNCTIONS or fn.__name__ in (f.__name__ for f in fns):
+      raise ValueError(f"rewards.custom: {item!r} clashes with another reward named "
+                       f"{fn.__name__!r} (metrics are keyed by name); rename it")
+    fns.append(fn)
+  return fns
+
+
+def from_config(c) -> list[RewardFn]:
+  """The reward functions of a config's `rewards` section."""
+  return build_reward_fns(c.preset, dict(c.weights)) + load_custom(c.custom)

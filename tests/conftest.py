@@ -22,6 +22,11 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
 
 
+# Overrides under which configs/tiny.py really updates its adapters: a reward
+# that random text varies on, and a rate that moves a random model.
+LEARNING = ("--config.rewards.custom=tests.toy_rewards:vowel_share", "--config.optim.peak_lr=0.05")
+
+
 def cli_env(devices: int = 1) -> dict[str, str]:
   env = dict(os.environ)
   env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
@@ -53,8 +58,7 @@ def tiny_run(tmp_path_factory) -> pathlib.Path:
   (copy it before resuming or corrupting it).
   """
   workdir = tmp_path_factory.mktemp("tiny_run") / "run"
-  run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
-           "--config.optim.peak_lr=0.05"])
+  run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir), *LEARNING])
   return workdir
 
 

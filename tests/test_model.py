@@ -9,6 +9,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from configs import base
 from gemma_grpo import errors
 from gemma_grpo import model as model_lib
 
@@ -55,8 +56,10 @@ def test_non_gemma3_layer_pattern_is_rejected():
     model_lib.tunix_config(hf, "float32")
 
 
-def _model_config(source, tmp_path):
-  return ml_collections.ConfigDict(dict(source=source, cache_dir=str(tmp_path), dtype="float32"))
+def _model_config(source, cache_dir):
+  c = base.get_config().model
+  c.source, c.cache_dir = source, str(cache_dir)
+  return c
 
 
 @pytest.mark.parametrize("source, needle", [
@@ -99,7 +102,7 @@ def test_hub_failures_are_explained(monkeypatch, tmp_path, exception, needle):
 
 @pytest.fixture(scope="module")
 def offline_270m_dir():
-  c = ml_collections.ConfigDict(dict(source=model_lib.OFFLINE_270M, cache_dir="~/.cache/gemma_grpo", dtype="float32"))
+  c = _model_config(model_lib.OFFLINE_270M, "~/.cache/gemma_grpo")
   return model_lib.offline_270m_dir(c)
 
 
@@ -118,7 +121,7 @@ def offline_270m(offline_270m_dir):
 
   mesh_config = ml_collections.ConfigDict(dict(fsdp=-1, tp=1))
   mesh = mesh_lib.make_mesh(mesh_config)
-  c = ml_collections.ConfigDict(dict(source=model_lib.OFFLINE_270M, cache_dir="~/.cache/gemma_grpo", dtype="float32"))
+  c = _model_config(model_lib.OFFLINE_270M, "~/.cache/gemma_grpo")
   return model_lib.build(c, mesh), mesh
 
 

@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO, cli_env, run_cli
+from conftest import LEARNING, REPO, cli_env, run_cli
 from gemma_grpo import checkpoints
 from gemma_grpo import errors
 from gemma_grpo import metrics
@@ -287,14 +287,13 @@ def test_nothing_left_to_train_on_is_a_user_error(max_prompt_length, num_heldout
 
 
 SENTINEL = "hf_SENTINELtoken0123456789"
-RUN_ARGS = [*TINY, "--config.train.max_steps=4", "--config.ckpt.every_steps=100"]
-# What each step computes. Not compared: perf/ timings, and
-# actor/train/learning_rate, which Tunix reads from the optimizer when it
-# writes a step's row one step late, so it shows the next step's rate except
-# when a run stops; the optimizer state itself is checked through the final
-# parameters.
+RUN_ARGS = [*TINY, *LEARNING, "--config.train.max_steps=4", "--config.ckpt.every_steps=100"]
+# What each step computes (LEARNING makes the adapters really move, so the
+# losses, KL and gradient norms differ from step to step). Not compared: perf/
+# timings; the optimizer state is checked through the final parameters.
 COMPARED_PREFIXES = ("rewards/", "completions/", "diagnostics/", "actor/train/loss",
-                     "actor/train/kl", "actor/train/grad_norm", "actor/train/entropy")
+                     "actor/train/kl", "actor/train/grad_norm", "actor/train/entropy",
+                     "actor/train/learning_rate")
 
 
 def start(args, workdir: pathlib.Path, env=None) -> subprocess.Popen:

@@ -412,3 +412,21 @@ def test_reference_preset_pays_for_format_over_correctness():
   assert total(reference, tidy_wrong, "72") == 4.0
   guarded = rewards.build_reward_fns("guarded", {})
   assert total(guarded, sloppy_right, "72") > total(guarded, tidy_wrong, "72")
+
+
+def test_custom_rewards_are_loaded_by_import_path():
+  fns = rewards.load_custom("toy_rewards:vowel_share")  # tests/ is on sys.path
+  assert [f.__name__ for f in fns] == ["vowel_share"]
+  assert fns[0]([""], ["aei xyz"], ["1"]) == [0.5]
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("no_colon", "is not 'module:function'"),
+    ("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'"),
+    ("toy_rewards:missing", "has no function 'missing'"),
+    ("gemma_grpo.rewards:format_exact", "clashes with another reward named 'format_exact'"),
+])
+def test_bad_custom_rewards_name_the_field(spec, needle):
+  with pytest.raises(ValueError, match="rewards.custom") as e:
+    rewards.load_custom(spec)
+  assert needle in str(e.value)

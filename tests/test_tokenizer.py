@@ -1,8 +1,8 @@
 """The tokenizer interface over tokenizer.json and tokenizer.model."""
 
-import ml_collections
 import pytest
 
+from configs import base
 from gemma_grpo import errors
 from gemma_grpo import model as model_lib
 from gemma_grpo import tokenizer as tokenizer_lib
@@ -16,8 +16,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def offline_270m_dir():
-  c = ml_collections.ConfigDict(dict(source=model_lib.OFFLINE_270M, cache_dir="~/.cache/gemma_grpo", dtype="float32"))
-  return model_lib.offline_270m_dir(c)
+  return model_lib.offline_270m_dir(base.get_config().model)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,17 @@
+"""A reward a random model's output varies on, for tests that need learning.
+
+A randomly initialised model never writes the answer tags, so every built-in
+reward gives every completion the same score: zero advantages, zero
+gradients, and a test of resuming or exporting would compare untrained
+weights. Tests add this one with `--config.rewards.custom=tests.toy_rewards:vowel_share`.
+"""
+
+
+def vowel_share(prompts, completions, answer, **unused):
+  """The share of a completion's letters that are vowels (0..1)."""
+  del prompts, answer, unused
+  scores = []
+  for completion in completions:
+    letters = [ch for ch in str(completion).lower() if ch.isalpha()]
+    scores.append(sum(ch in "aeiou" for ch in letters) / max(len(letters), 1))
+  return scores
