@@ -321,7 +321,7 @@ def _reward_problems(c: ml_collections.ConfigDict) -> list[str]:
   from gemma_grpo import rewards  # pylint: disable=g-import-not-at-top
 
   try:
-    rewards.build_reward_fns(c.preset, dict(c.weights))
+    rewards.from_config(c)
   except ValueError as e:
     return [str(e)]
   return []
@@ -358,18 +358,23 @@ def save(c: ml_collections.ConfigDict, path: str | os.PathLike) -> None:
 # --- Tunix and optax objects built from a validated config -----------------
 
 
-def optimizer(c: ml_collections.ConfigDict, max_steps: int):
-  """Global-norm clip, then AdamW on a linear-warmup cosine schedule from 0.
-
-  The learning rate is injected as a hyperparameter so Tunix logs it.
-  """
+def learning_rate(c: ml_collections.ConfigDict, max_steps: int):
+  """Linear warmup from 0 over warmup_fraction of the steps, then cosine."""
   import optax  # pylint: disable=g-import-not-at-top
 
   warmup = int(c.warmup_fraction * max_steps)
-  schedule = optax.warmup_cosine_decay_schedule(
+  return optax.warmup_cosine_decay_schedule(
       init_value=0.0, peak_value=c.peak_lr, warmup_steps=warmup,
       decay_steps=max(max_steps, warmup + 1), end_value=c.end_lr,
   )
+
+
+def optimizer(c: ml_collections.ConfigDict, max_steps: int):
+  """Global-norm clip, then AdamW on the `learning_rate` schedule.
+
+  The rate is injected as a hyperparameter so Tunix logs it.
+  """
+  import optax  # pylint: disable=g-import-not-at-top
 
   def clipped_adamw(learning_rate):
     return optax.chain(
@@ -377,7 +382,7 @@ def optimizer(c: ml_collections.ConfigDict, max_steps: int):
         optax.adamw(learning_rate, b1=c.b1, b2=c.b2, weight_decay=c.weight_decay),
     )
 
-  return optax.inject_hyperparams(clipped_adamw)(learning_rate=schedule)
+  return optax.inject_hyperparams(clipped_adamw)(learning_rate=learning_rate(c, max_steps))
 
 
 def rollout_configs(c: ml_collections.ConfigDict, stop_token_ids: list[int]):
@@ -389,7 +394,8 @@ def rollout_configs(c: ml_collections.ConfigDict, stop_token_ids: list[int]):
   common = dict(
       max_prompt_length=r.max_prompt_length,
       kv_cache_size=r.kv_cache_size,
-      eos_tokens=list(stop_token_ids),
+      # No token id is -1: with ignore_eos every completion runs to the limit.
+      eos_tokens=[-1] if r.ignore_eos else list(stop_token_ids),
   )
   train = base_rollout.RolloutConfig(
       max_tokens_to_generate=r.max_new_tokens,

@@ -12,6 +12,7 @@ import json
 import math
 import pathlib
 import sys
+from typing import Callable
 
 import numpy as np
 
@@ -24,8 +25,10 @@ _CONSOLE_KEYS = (
     ("entropy", "actor/train/entropy"),
     ("zero-std", "diagnostics/train/zero_std_frac"),
     ("lr", "actor/train/learning_rate"),
-    ("s/step", "perf/step_seconds"),
+    ("s/step", "perf/train/step_seconds"),
 )
+LEARNING_RATE = "actor/train/learning_rate"
+_CONSOLE_EVAL_KEYS = ("eval/accuracy", "eval/format_accuracy")
 _NOT_REWARD_FUNCTIONS = ("sum", "mean", "min", "max")
 
 
@@ -43,8 +46,10 @@ class Writer:
   """A Tunix logging backend (`log_scalar`, `close`) that also takes our scalars."""
 
   def __init__(self, logdir: str | pathlib.Path, *, flush_every_steps: int,
-               max_steps: int, is_chief: bool = True, console=sys.stdout):
+               max_steps: int, is_chief: bool = True, console=sys.stdout,
+               learning_rate: Callable[[int], float] | None = None):
     self._is_chief = is_chief
+    self._schedule = learning_rate
     self._rows: dict[int, dict[str, float]] = collections.defaultdict(dict)
     self._max_steps = max_steps
     self._flush_every = flush_every_steps
@@ -63,6 +68,10 @@ class Writer:
   def log_scalar(self, event: str, value, step: int | None = None, **unused):
     if step is None or event.startswith("/"):
       return  # JAX/Orbax internals, not training metrics
+    if event == LEARNING_RATE and self._schedule is not None:
+      # Tunix reads the rate from the optimizer a step late, i.e. the next
+      # step's; log the rate update `step` actually used.
+      value = self._schedule(int(step) - 1)
     self.scalar(event, value, tunix_step(event, int(step)))
 
   def scalar(self, name: str, value, step: int) -> None:
@@ -118,7 +127,7 @@ def console_line(step: int, max_steps: int, row: dict[str, float]) -> str:
   ]
   if per_fn:
     parts.append("[" + ", ".join(per_fn) + "]")
-  evals = [f"{k} {v:.3g}" for k, v in sorted(row.items()) if k.startswith("eval/")]
+  evals = [f"{k} {row[k]:.3g}" for k in _CONSOLE_EVAL_KEYS if k in row]
   parts.extend(evals)
   return " | ".join(parts)
 

@@ -126,6 +126,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   writer = metrics_lib.Writer(
       work / "tensorboard", flush_every_steps=c.log.flush_every_steps,
       max_steps=c.sft.max_steps, is_chief=jax.process_index() == 0,
+      learning_rate=config_lib.learning_rate(optim, c.sft.max_steps),
   )
   training = peft_trainer.TrainingConfig(
       eval_every_n_steps=10**9,

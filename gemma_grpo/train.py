@@ -114,6 +114,7 @@ def _train(c: ml_collections.ConfigDict, work: pathlib.Path, stop) -> int:
   writer = metrics_lib.Writer(
       work / "tensorboard", flush_every_steps=c.log.flush_every_steps,
       max_steps=c.train.max_steps, is_chief=is_chief,
+      learning_rate=config_lib.learning_rate(c.optim, c.train.max_steps),
   )
   try:
     cluster = rl_cluster_lib.RLCluster(
@@ -135,7 +136,7 @@ def _train(c: ml_collections.ConfigDict, work: pathlib.Path, stop) -> int:
       rl_cluster=cluster,
       algo_config=learner_lib.algo_config(c.grpo),
       reward_fns=hooks_lib.finite_rewards(
-          rewards.build_reward_fns(c.rewards.preset, dict(c.rewards.weights)),
+          rewards.from_config(c.rewards),
           current_step=lambda: trainer.train_steps + 1,
       ),
       rollout_seed=c.rollout.seed,
@@ -156,12 +157,15 @@ def _train(c: ml_collections.ConfigDict, work: pathlib.Path, stop) -> int:
 
   heldout = splits.heldout[:c.eval.num_examples]
 
+  # The CLI's `eval` scores with the run's preset too: eval/ values compare.
+  eval_reward_fns = rewards.from_config(c.rewards)
+
   def evaluate_heldout() -> dict[str, float]:
     def generate(batch_prompts):
       out = cluster.generate(batch_prompts, mode=rl_cluster_lib.Mode.EVAL)
       limit = c.eval.max_new_tokens
-      return out.text, [len(t) >= limit for t in out.tokens]
-    metrics, _ = evaluate.run(generate, heldout, c.eval.batch_size)
+      return out.text, [len(t) >= limit for t in out.tokens], [len(t) for t in out.tokens]
+    metrics, _ = evaluate.run(generate, heldout, c.eval.batch_size, reward_fns=eval_reward_fns)
     return {f"eval/{k}": v for k, v in metrics.items()}
 
   run_hooks = hooks_lib.RunHooks(
