@@ -17,6 +17,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.source = "gguf:gemma-3-270m"
   c.model.dtype = "float32"  # parameter dtype: float32 | bfloat16
   c.model.cache_dir = "~/.cache/gemma_grpo"  # converted GGUF, hub snapshots
+  # A finished run (e.g. `gemma-grpo sft`) whose adapter is merged into the
+  # base first: GRPO then starts from it, with it as the KL reference. "" = none.
+  c.model.init_lora_from = ""
   c.model.random = ml_collections.ConfigDict()  # shapes when source=random
   c.model.random.num_layers = 2
   c.model.random.embed_dim = 64
@@ -53,6 +56,8 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.rewards = ml_collections.ConfigDict()
   c.rewards.preset = "guarded"  # reference | guarded | math
+  # Your own reward functions, "module:function[,...]", added with weight 1.
+  c.rewards.custom = ""
   # Per-function weights; unset (None) means the preset's weight.
   c.rewards.weights = ml_collections.ConfigDict({
       name: config_dict.placeholder(float)
@@ -94,6 +99,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.max_new_tokens = 512  # tokens generated per completion
   c.rollout.kv_cache_size = 1024  # tokens; must hold prompt + completion
   c.rollout.seed = 0  # sampling key for step s is fold_in(seed, s)
+  c.rollout.ignore_eos = False  # benchmarks: always generate max_new_tokens
 
   c.optim = ml_collections.ConfigDict()
   c.optim.peak_lr = 3e-6

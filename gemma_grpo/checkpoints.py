@@ -236,6 +236,7 @@ def identity(c, model_shape: dict[str, int] | None = None) -> dict[str, Any]:
   """
   ident = {
       "model.source": c.model.source,
+      "model.init_lora_from": c.model.init_lora_from,
       "lora.rank": c.lora.rank,
       "lora.alpha": c.lora.alpha,
       "lora.targets": c.lora.targets,
@@ -319,15 +320,11 @@ class Policy:
   step: int
 
 
-def restore(workdir: str | pathlib.Path, mesh, step: int | None = None) -> Policy:
-  """The policy of `workdir` at `step` (default: the newest readable checkpoint)."""
+def restore_adapter(actor, workdir: str | pathlib.Path, step: int | None = None) -> int:
+  """Loads checkpoint `step` (default: the newest readable) into `actor`'s LoRA."""
   from tunix.sft import checkpoint_manager  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
-
   workdir = pathlib.Path(workdir).expanduser().absolute()
-  c = config_lib.load_saved(workdir / "config.json")
   steps = saved_steps(workdir)
   if not steps:
     raise errors.UserError(f"{actor_dir(workdir)}: no checkpoint to restore")
@@ -337,12 +334,59 @@ def restore(workdir: str | pathlib.Path, mesh, step: int | None = None) -> Polic
     raise errors.UserError(f"checkpoint step {step} not in {workdir}; saved steps: {steps}")
   elif (reason := problem(workdir, step)) is not None:
     raise errors.UserError(f"{actor_dir(workdir) / str(step)}: unreadable ({reason})")
-  loaded = model_lib.build(c.model, mesh)
-  actor = lora.apply(loaded.model, c.lora, mesh)
   check_compatible(workdir, step, actor)
   manager = checkpoint_manager.CheckpointManager(root_directory=str(actor_dir(workdir)))
   try:
     restored, _ = manager.maybe_restore(actor, step=step, restore_only_lora_params=True)
   finally:
     manager.close()
+  return restored
+
+
+def restore(workdir: str | pathlib.Path, mesh, step: int | None = None) -> Policy:
+  """The policy of `workdir` at `step` (default: the newest readable checkpoint)."""
+  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+
+  workdir = pathlib.Path(workdir).expanduser().absolute()
+  c = config_lib.load_saved(workdir / "config.json")
+  if not saved_steps(workdir):
+    raise errors.UserError(f"{actor_dir(workdir)}: no checkpoint to restore")
+  loaded = model_lib.build(c.model, mesh)
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  restored = restore_adapter(actor, workdir, step)
   return Policy(c, loaded, actor, restored)
+
+
+def merge_into_base(base, workdir: str | pathlib.Path, mesh, *, source: str) -> int:
+  """Folds the adapter of a finished run into `base`'s weights, in place.
+
+  This is how GRPO starts from an SFT run: the merged model is both the
+  starting policy and the KL reference, and GRPO trains a fresh adapter on
+  top. Returns the step merged.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+
+  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
+
+  workdir = pathlib.Path(workdir).expanduser().absolute()
+  where = f"model.init_lora_from={workdir}"
+  if not (workdir / "config.json").is_file():
+    raise errors.UserError(f"{where}: not a gemma-grpo work directory (no config.json)")
+  c = config_lib.load_saved(workdir / "config.json")
+  if c.model.source != source or c.model.init_lora_from:
+    raise errors.UserError(
+        f"{where}: that run trained {c.model.source!r}"
+        f"{' on top of another adapter' if c.model.init_lora_from else ''}, this one"
+        f" loads {source!r}; start from a run on the same base model"
+    )
+  actor = lora.apply(base, c.lora, mesh)
+  step = restore_adapter(actor, workdir)
+  merged = lora.merged_params(actor, c.lora.alpha / c.lora.rank)
+  state = nnx.state(base)
+  for path, variable in nnx.to_flat_state(state):
+    old = variable.get_value()
+    variable.set_value(jax.device_put(merged[".".join(map(str, path))].astype(old.dtype), old.sharding))
+  nnx.update(base, state)
+  return step

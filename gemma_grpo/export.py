@@ -9,14 +9,8 @@ generation_config.json, the run's tokenizer carrying the training chat
 template, and a README.md model card. `--format gguf` writes one GGUF file
 for llama.cpp (plus the model card).
 
-Merge, for every LoRA-targeted weight, in float32 before any cast:
-  W' = W + (alpha / r) * A·B
-where A·B contracts the rank axis and lays the result out in W's axes. This is
-Qwix's update (`qwix/_src/providers/lora.py`): an einsum `lhs,W->out` gains
-`(alpha/r) * einsum('lhs,A,B->out')` with A holding W's axes shared with the
-input (contracting or batch) plus r, and B holding r plus W's other axes; a
-dot_general (nnx.Linear, kernel [in, out]) gains `(alpha/r) * x·A·B` with A
-[in, r] and B [r, out].
+LoRA is merged in float32 before any cast (lora.merged_params: W' = W +
+(alpha / r) * A·B in W's axes).
 
 The work directory is only read; the export is built in a temporary sibling
 of --out and renamed into place, so an interrupted export leaves nothing
@@ -39,6 +33,7 @@ from absl import logging
 import numpy as np
 
 from gemma_grpo import errors
+from gemma_grpo import lora
 from gemma_grpo import prompts
 
 FORMATS = ("hf", "gguf")
@@ -63,86 +58,6 @@ _SIZE_UNITS = {
     "": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
     "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
 }
-
-
-# --- Merging ---------------------------------------------------------------
-
-
-def lora_dim_char(used: set[str]) -> str:
-  """The letter Qwix names the rank axis: 'r' unless the einsum uses it."""
-  if "r" not in used:
-    return "r"
-  return sorted(set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") - used)[0]
-
-
-def einsum_lora_strs(einsum_str: str) -> tuple[str, str, str]:
-  """(A axes, B axes, W axes) of Qwix LoRA on the weight of `lhs,W->out`.
-
-  >>> einsum_lora_strs("BSD,CKDH->CBSKH")
-  ('Dr', 'rCKH', 'CKDH')
-  """
-  inputs, _ = einsum_str.replace(" ", "").split("->")
-  lhs, rhs = inputs.split(",")
-  r = lora_dim_char(set(lhs) | set(rhs))
-  shared = "".join(c for c in rhs if c in lhs)
-  rest = "".join(c for c in rhs if c not in lhs)
-  return shared + r, r + rest, rhs
-
-
-def lora_delta(module, weight_name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  """A·B of one adapter, in the axes of `module.<weight_name>` (unscaled)."""
-  einsum_str = getattr(module, "einsum_str", None)
-  if einsum_str is not None:  # Tunix Einsum: Qwix's einsum interception.
-    a_str, b_str, w_str = einsum_lora_strs(einsum_str)
-    recorded = getattr(module, f"{weight_name}_lora_einsum_str", None)
-    if recorded is not None and recorded.split("->")[0].split(",")[1:] != [a_str, b_str]:
-      raise AssertionError(f"Qwix used {recorded!r}; expected A={a_str}, B={b_str}")
-    return np.einsum(f"{a_str},{b_str}->{w_str}", a, b, optimize=True)
-  if a.ndim == 2 and b.ndim == 2:  # nnx.Linear kernel [in, out]: dot_general.
-    return a @ b
-  raise NotImplementedError(
-      f"LoRA merge for {type(module).__name__}.{weight_name} with A {a.shape}, B {b.shape}"
-  )
-
-
-def _as_float32(variable) -> np.ndarray:
-  import jax  # pylint: disable=g-import-not-at-top
-
-  return np.asarray(jax.device_get(variable.get_value()), dtype=np.float32)
-
-
-def _module_at(root, path: tuple):
-  node = root
-  for key in path:
-    node = node[key] if isinstance(key, int) else getattr(node, key)
-  return node
-
-
-def merged_params(actor, scale: float) -> dict[str, np.ndarray]:
-  """Every frozen parameter of `actor` as float32, with `scale`·A·B added.
-
-  Keys are Tunix paths (`layers.0.attn.q_einsum.w`); LoRA params are consumed.
-  """
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-
-  flat = dict(nnx.to_flat_state(nnx.state(actor)))
-  params, adapters = {}, {}
-  for path, variable in flat.items():
-    last = str(path[-1])
-    if isinstance(variable, nnx.LoRAParam):
-      if last.endswith("_lora_a"):
-        adapters[path[:-1] + (last[: -len("_lora_a")],)] = path
-      continue
-    params[path] = _as_float32(variable)
-  for weight_path, a_path in adapters.items():
-    if weight_path not in params:
-      raise AssertionError(f"LoRA {a_path} has no base weight {weight_path}")
-    b_path = a_path[:-1] + (str(a_path[-1])[: -len("a")] + "b",)
-    a, b = _as_float32(flat[a_path]), _as_float32(flat[b_path])
-    module = _module_at(actor, weight_path[:-1])
-    delta = lora_delta(module, str(weight_path[-1]), a, b)
-    params[weight_path] = params[weight_path] + np.float32(scale) * delta.astype(np.float32)
-  return {".".join(map(str, path)): value for path, value in params.items()}
 
 
 def _heads_to_rows(w_NDH: np.ndarray) -> np.ndarray:
@@ -200,7 +115,7 @@ def _tensor_order(hf: str) -> tuple:
 def merged_tensors(policy) -> dict[str, np.ndarray]:
   """The policy's text model, LoRA merged, float32, HF names and layouts."""
   c = policy.config.lora
-  return to_hf(merged_params(policy.actor, c.alpha / c.rank))
+  return to_hf(lora.merged_params(policy.actor, c.alpha / c.rank))
 
 
 # --- HF directory ------------------------------------------------------------

@@ -200,6 +200,24 @@ def random_hf_config(r: ml_collections.ConfigDict) -> dict:
   )
 
 
+def randomize_mlp(model, seed: int) -> None:
+  """Gives the MLP weights a random init (fan-in scaled).
+
+  Tunix initialises them to zero (checkpoints overwrite them anyway): in a
+  random model the MLP would output zero and its LoRA adapters would never
+  receive a gradient.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+
+  key = jax.random.PRNGKey(seed)
+  for i, layer in enumerate(model.layers):
+    for j, proj in enumerate((layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)):
+      kernel = proj.kernel
+      scale = kernel.value.shape[0] ** -0.5
+      sample = jax.random.normal(jax.random.fold_in(key, 3 * i + j), kernel.value.shape)
+      kernel.value = (scale * sample).astype(kernel.value.dtype)
+
+
 def build(c: ml_collections.ConfigDict, mesh) -> Loaded:
   """Loads (or randomly initialises) Gemma-3 on `mesh`, with its tokenizer."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
@@ -210,9 +228,9 @@ def build(c: ml_collections.ConfigDict, mesh) -> Loaded:
   model_dir = resolve_dir(c)
   if model_dir is None:
     config = tunix_config(random_hf_config(c.random), c.dtype)
-    model = mesh_lib.shard_model(
-        gemma3.Gemma3(config, rngs=nnx.Rngs(params=c.random.seed)), mesh
-    )
+    model = gemma3.Gemma3(config, rngs=nnx.Rngs(params=c.random.seed))
+    randomize_mlp(model, c.random.seed)
+    model = mesh_lib.shard_model(model, mesh)
     tokenizer_dir = offline_270m_dir(c)
   else:
     config = tunix_config(text_config(model_dir), c.dtype)
@@ -221,5 +239,11 @@ def build(c: ml_collections.ConfigDict, mesh) -> Loaded:
     )
     tokenizer_dir = model_dir
   tokenizer = tokenizer_lib.load(tokenizer_dir)
-  return Loaded(modeling.convert(model), tokenizer, model_dir, tokenizer_dir)
+  model = modeling.convert(model)
+  if c.init_lora_from:
+    from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
+
+    step = checkpoints.merge_into_base(model, c.init_lora_from, mesh, source=c.source)
+    logging.info("Merged the adapter of %s (step %d) into the base model", c.init_lora_from, step)
+  return Loaded(model, tokenizer, model_dir, tokenizer_dir)
 

@@ -1,7 +1,10 @@
-"""Qwix LoRA on the tiny model: targets, sharing of frozen weights, sharding."""
+"""Qwix LoRA: targets, sharing of frozen weights, sharding, and the merge math."""
+
+import types
 
 import jax
 from flax import nnx
+import numpy as np
 import pytest
 
 from configs import base
@@ -79,3 +82,50 @@ def test_targets_matching_nothing_are_rejected():
   c, mesh, loaded = _tiny(targets="no_such_module")
   with pytest.raises(errors.UserError, match="matched no module"):
     lora.apply(loaded.model, c.lora, mesh)
+
+
+# --- The merge (Qwix's update folded into the weight) --------------------------
+
+
+@pytest.mark.parametrize("einsum_str, expected", [
+    ("BTD,NDH->BTNH", ("Dr", "rNH", "NDH")),  # q_einsum
+    ("BSD,CKDH->CBSKH", ("Dr", "rCKH", "CKDH")),  # kv_einsum
+    ("BTD,SNDH->SBTNH", ("Dr", "rSNH", "SNDH")),  # qkv_einsum
+    ("BTNH,NHD->BTD", ("NHr", "rD", "NHD")),  # attn_vec_einsum
+    ("BTr,rH->BTH", ("rA", "AH", "rH")),  # 'r' taken: Qwix's sorted(ascii_letters) -> 'A'
+])
+def test_einsum_lora_axes_follow_qwix(einsum_str, expected):
+  assert lora.einsum_lora_strs(einsum_str) == expected
+
+
+# (Tunix einsum, Qwix's runtime LoRA einsum `lhs,A,B->out`, lhs shape, W shape)
+QWIX_EINSUMS = [
+    ("BTD,NDH->BTNH", "BTD,Dr,rNH->BTNH", (2, 3, 8), (4, 8, 5)),
+    ("BSD,CKDH->CBSKH", "BSD,Dr,rCKH->CBSKH", (2, 3, 8), (2, 1, 8, 5)),
+    ("BTD,SNDH->SBTNH", "BTD,Dr,rSNH->SBTNH", (2, 3, 8), (3, 4, 8, 5)),
+    ("BTNH,NHD->BTD", "BTNH,NHr,rD->BTD", (2, 3, 4, 5), (4, 5, 8)),
+]
+
+
+@pytest.mark.parametrize("einsum_str, qwix_str, lhs_shape, w_shape", QWIX_EINSUMS)
+def test_merged_weight_reproduces_qwix_runtime_update(einsum_str, qwix_str, lhs_shape, w_shape):
+  """x·(W + s·A·B) == x·W + s·einsum(x, A, B), Qwix's forward (lora.py, einsum)."""
+  rng = np.random.default_rng(0)
+  _, a_str, b_str = qwix_str.split("->")[0].split(",")
+  sizes = dict(zip(einsum_str.split("->")[0].split(",")[1], w_shape), r=3)
+  a = rng.standard_normal([sizes[c] for c in a_str])
+  b = rng.standard_normal([sizes[c] for c in b_str])
+  x, w, scale = rng.standard_normal(lhs_shape), rng.standard_normal(w_shape), 0.5
+  module = types.SimpleNamespace(einsum_str=einsum_str, w_lora_einsum_str=qwix_str)
+  merged = w + scale * lora.lora_delta(module, "w", a, b)
+  np.testing.assert_allclose(
+      np.einsum(einsum_str, x, merged),
+      np.einsum(einsum_str, x, w) + scale * np.einsum(qwix_str, x, a, b), rtol=1e-10)
+
+
+def test_linear_kernels_merge_as_a_matrix_product():
+  """nnx.Linear goes through Qwix's dot_general: x·W + s·(x·A)·B, A [in, r], B [r, out]."""
+  rng = np.random.default_rng(1)
+  x, w, a, b = (rng.standard_normal(s) for s in [(2, 6), (6, 4), (6, 3), (3, 4)])
+  merged = w + 0.5 * lora.lora_delta(types.SimpleNamespace(), "kernel", a, b)
+  np.testing.assert_allclose(x @ merged, x @ w + 0.5 * (x @ a) @ b, rtol=1e-10)

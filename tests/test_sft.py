@@ -60,8 +60,9 @@ def test_batches_cover_every_example_each_epoch():
   assert seen == list(range(6))
 
 
-def test_sft_run_lowers_the_loss_and_writes_grpo_style_checkpoints(tmp_path):
-  workdir = tmp_path / "sft"
+@pytest.fixture(scope="module")
+def sft_run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("sft") / "run"
   run_cli(["sft", "--config", "configs/tiny.py", "--workdir", str(workdir),
            "--config.data.reasoning_gym_size=8", "--config.data.num_heldout=0",
            "--config.eval.num_examples=0",
@@ -69,11 +70,46 @@ def test_sft_run_lowers_the_loss_and_writes_grpo_style_checkpoints(tmp_path):
            "--config.sft.max_length=384", "--config.sft.peak_lr=0.02",
            "--config.optim.warmup_fraction=0", "--config.optim.max_grad_norm=1.0",
            "--config.ckpt.every_steps=3"])
-  rows = metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
+  return workdir
+
+
+def test_sft_run_lowers_the_loss_and_writes_grpo_style_checkpoints(sft_run):
+  rows = metrics.read_jsonl(sft_run / "tensorboard" / "metrics.jsonl")
   losses = [r["actor/train/loss"] for r in rows]
   # A random 2-layer model moves slowly; the run is deterministic, so a small
   # but clear drop from the uniform-distribution loss (ln 262144 = 12.48) is
   # the signal that gradients reach the adapters.
   assert len(losses) == 6 and losses[-1] < losses[0] - 0.03, losses
   assert min(losses[3:]) < min(losses[:3]), losses
-  assert checkpoints.saved_steps(workdir)[-1] == 6
+  assert checkpoints.saved_steps(sft_run)[-1] == 6
+
+
+def test_grpo_starts_from_the_merged_sft_policy(sft_run, tmp_path):
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+
+  c = config_lib.load("configs/tiny.py")
+  c.model.init_lora_from = str(sft_run)
+  c.mesh.fsdp = 8
+  mesh = mesh_lib.make_mesh(c.mesh)
+  merged = model_lib.build(c.model, mesh).model
+  sft_policy = checkpoints.restore(sft_run, mesh).actor
+  tokens = jnp.array([[2, 10, 11, 12, 13, 14]] * 8)
+  positions = jnp.arange(6)[None].repeat(8, 0)
+  mask = jnp.tril(jnp.ones((8, 6, 6), bool))
+  with jax.set_mesh(mesh):
+    want, _ = sft_policy(tokens, positions, None, mask)
+    got, _ = merged(tokens, positions, None, mask)
+  np.testing.assert_allclose(got, want, atol=1e-4)
+
+  workdir = tmp_path / "grpo"
+  run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
+           f"--config.model.init_lora_from={sft_run}", "--config.train.max_steps=1"])
+  assert checkpoints.saved_steps(workdir) == [1]
+  with pytest.raises(errors.UserError, match="not a gemma-grpo work directory"):
+    checkpoints.merge_into_base(merged, tmp_path, mesh, source="random")
+  with pytest.raises(errors.UserError, match="start from a run on the same base model"):
+    checkpoints.merge_into_base(merged, sft_run, mesh, source="gguf:gemma-3-270m")
