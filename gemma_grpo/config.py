@@ -304,6 +304,11 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
   _check(p, c.data.reasoning_gym_size >= 1, f"data.reasoning_gym_size={c.data.reasoning_gym_size}: must be >= 1")
   _check(p, c.data.max_examples >= 0, f"data.max_examples={c.data.max_examples}: must be >= 0 (0 = all)")
   _check(p, c.ckpt.every_steps >= 1, f"ckpt.every_steps={c.ckpt.every_steps}: must be >= 1")
+  sft = c.sft
+  _check(p, sft.max_steps >= 1, f"sft.max_steps={sft.max_steps}: must be >= 1")
+  _check(p, sft.batch_size >= 1, f"sft.batch_size={sft.batch_size}: must be >= 1")
+  _check(p, sft.peak_lr > 0, f"sft.peak_lr={sft.peak_lr}: must be > 0 (2e-4 is typical for LoRA)")
+  _check(p, sft.max_length > r.max_prompt_length, f"sft.max_length={sft.max_length}: must exceed rollout.max_prompt_length={r.max_prompt_length} to leave room for the solution")
   _check(p, c.ckpt.keep >= 1, f"ckpt.keep={c.ckpt.keep}: must keep >= 1 checkpoint")
   _check(p, c.log.flush_every_steps >= 1, f"log.flush_every_steps={c.log.flush_every_steps}: must be >= 1")
 

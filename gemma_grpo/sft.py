@@ -173,25 +173,9 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
   """`gemma-grpo sft --config FILE [--workdir DIR] [--config.x.y=v ...]`."""
-  import argparse  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import train  # pylint: disable=g-import-not-at-top
 
-  argv = list(sys.argv[1:] if argv is None else argv)
-  parser = argparse.ArgumentParser(prog="gemma-grpo sft", description=__doc__.splitlines()[0])
-  parser.add_argument("--config", required=True, help="config file, e.g. configs/gemma3_270m_sft.py")
-  parser.add_argument("--workdir", help="run directory (default runs/<config name>)")
-  with errors.exit_on_user_error():
-    known, rest = parser.parse_known_args(argv)
-    c = config_lib.load(known.config)
-    leftover = config_lib.apply_overrides(c, rest)
-    if leftover:
-      parser.error(f"unrecognized arguments: {' '.join(leftover)}")
-    from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-    from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
-
-    mesh_lib.maybe_initialize_distributed()
-    metrics_lib.configure_logging()
-    workdir = known.workdir or os.path.join("runs", pathlib.Path(known.config).stem)
-    return sft(c, workdir)
+  return train.command(argv, prog="gemma-grpo sft", doc=__doc__, run=sft)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import os
 import pathlib
 import signal
 import sys
+from typing import Callable
 
 from absl import logging
 import ml_collections
@@ -218,13 +219,18 @@ def _stopped(stop, work: pathlib.Path, step: int) -> int:
   return 128 + stop.signum
 
 
-def main(argv: list[str] | None = None) -> int:
-  """`python -m gemma_grpo.train --config FILE [--workdir DIR] [--config.x.y=v ...]`."""
+def command(argv: list[str] | None, *, prog: str, doc: str,
+            run: Callable[[ml_collections.ConfigDict, str], int]) -> int:
+  """`PROG --config FILE [--workdir DIR] [--config.x.y=v ...]` -> run(c, workdir).
+
+  Shared by `train` and `sft`: everything that needs no device is checked
+  before JAX starts, bad input exits 2 with one line per problem.
+  """
   import argparse  # pylint: disable=g-import-not-at-top
 
   argv = list(sys.argv[1:] if argv is None else argv)
   parser = argparse.ArgumentParser(
-      prog="gemma-grpo train", description=__doc__.splitlines()[0],
+      prog=prog, description=doc.splitlines()[0],
       epilog="Override any config key with --config.section.key=value.",
   )
   parser.add_argument("--config", required=True, help="config file, e.g. configs/gemma3_270m.py")
@@ -235,7 +241,6 @@ def main(argv: list[str] | None = None) -> int:
     leftover = config_lib.apply_overrides(c, rest)
     if leftover:
       parser.error(f"unrecognized arguments: {' '.join(leftover)}")
-    # Everything that needs no devices fails here, before JAX starts.
     config_lib.validate(c)
     from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
     from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
@@ -243,11 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     mesh_lib.maybe_initialize_distributed()
     metrics_lib.configure_logging()
     try:
-      return train(c, known.workdir or default_workdir(known.config))
+      return run(c, known.workdir or default_workdir(known.config))
     except KeyboardInterrupt:
       print("interrupted (second Ctrl-C): no checkpoint was written for the"
             " step in progress", file=sys.stderr, flush=True)
       return 128 + signal.SIGINT
+
+
+def main(argv: list[str] | None = None) -> int:
+  """`python -m gemma_grpo.train --config FILE [--workdir DIR] [--config.x.y=v ...]`."""
+  return command(argv, prog="gemma-grpo train", doc=__doc__, run=train)
 
 
 if __name__ == "__main__":
