@@ -267,10 +267,10 @@ def _left_pad(rows: list[np.ndarray], pad: int) -> np.ndarray:
   return np.stack([np.pad(r, (width - len(r), 0), constant_values=pad) for r in rows])
 
 
-@functools.partial(nnx.jit, static_argnames=("pad_id", "eos_id", "temperature"))
-def _sampling_logps(model, prompt_ids, completion_ids, pad_id, eos_id, temperature):
+@functools.partial(nnx.jit, static_argnames=("pad_id", "eos_id", "temperature", "group_size"))
+def _sampling_logps(model, prompt_ids, completion_ids, pad_id, eos_id, temperature, group_size):
   return losses.per_token_logps_and_entropy(
-      model, prompt_ids, completion_ids, pad_id, eos_id, temperature)[0]
+      model, prompt_ids, completion_ids, pad_id, eos_id, temperature, group_size)[0]
 
 
 class Learner(grpo_learner.GRPOLearner):
@@ -376,6 +376,10 @@ class Learner(grpo_learner.GRPOLearner):
     advantages = function_registry.get_advantage_estimator(cfg.advantage_estimator)(
         rewards=rewards, num_generations=g)
 
+    grouped = prompt_ids.reshape(-1, g, prompt_ids.shape[-1])
+    if not (grouped == grouped[:, :1]).all():
+      # The loss runs each group's prompt once (logprobs.per_token_logps).
+      raise AssertionError("rows of a group must share one prompt")
     prompt_ids, completion_ids = jnp.asarray(prompt_ids), jnp.asarray(completion_ids)
     logps_micro = (self._compute_logps_micro_batch_size or num_groups) * g
     ref_logps = None
@@ -387,7 +391,7 @@ class Learner(grpo_learner.GRPOLearner):
         ref_logps = jnp.concatenate([
             _sampling_logps(reference, *sharding_utils.shard_input(
                 (prompt_ids[s:s + logps_micro], completion_ids[s:s + logps_micro]), ("fsdp",)),
-                            pad, eos, cfg.temperature)
+                            pad, eos, cfg.temperature, g)
             for s in range(0, len(rows), logps_micro)
         ]).block_until_ready()
       self.rl_cluster.buffer_metrics(
@@ -399,7 +403,7 @@ class Learner(grpo_learner.GRPOLearner):
       model = self.rl_cluster.actor_trainer.model
       old_logps = jnp.concatenate([
           _sampling_logps(model, prompt_ids[s:s + logps_micro], completion_ids[s:s + logps_micro],
-                          pad, eos, cfg.temperature)
+                          pad, eos, cfg.temperature, g)
           for s in range(0, len(rows), logps_micro)
       ])
 

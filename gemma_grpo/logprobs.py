@@ -101,20 +101,80 @@ def per_token_logps(
     pad_id: int,
     temperature: float = 1.0,
     chunk: int = DEFAULT_CHUNK,
+    group_size: int = 1,
 ) -> tuple[jax.Array, jax.Array]:
   """(log p(completion token), entropy) at every completion position, [B, C].
 
   `model` is a `modeling.Gemma3` (with or without LoRA). Prompts are left
   padded, completions right padded with `pad_id`; values at padded
   completion positions are meaningless and must be masked by the caller.
+
+  With `group_size` G > 1, rows come in groups of G consecutive completions
+  of one prompt (GRPO's layout) and each prompt is run once, not G times:
+  its keys and values are computed for the B / G distinct prompts and shared
+  by the group's completions, which are then run against them. Same numbers
+  (up to float rounding) as the full pass, a fraction of the work when
+  prompts are long; used when prompt and completion fit one sliding-attention
+  window, the case in which Tunix's cached attention masks exactly like the
+  full pass.
   """
-  tokens_BxL = jnp.concatenate([prompt_ids_BxP, completion_ids_BxC], axis=1)
-  positions_BxL, mask_BxLxL = positions_and_mask(tokens_BxL, pad_id)
-  hidden_BxLxD = model.hidden_states(tokens_BxL, positions_BxL, mask_BxLxL)
   prompt_len, completion_len = prompt_ids_BxP.shape[1], completion_ids_BxC.shape[1]
-  # The state after token t predicts token t + 1.
-  hidden_BxCxD = hidden_BxLxD[:, prompt_len - 1:prompt_len + completion_len - 1]
+  if group_size > 1 and _fits_one_window(model, prompt_len + completion_len):
+    hidden_BxCxD = _shared_prompt_hidden(model, prompt_ids_BxP, completion_ids_BxC, pad_id, group_size)
+  else:
+    tokens_BxL = jnp.concatenate([prompt_ids_BxP, completion_ids_BxC], axis=1)
+    positions_BxL, mask_BxLxL = positions_and_mask(tokens_BxL, pad_id)
+    hidden_BxLxD = model.hidden_states(tokens_BxL, positions_BxL, mask_BxLxL)
+    # The state after token t predicts token t + 1.
+    hidden_BxCxD = hidden_BxLxD[:, prompt_len - 1:prompt_len + completion_len - 1]
   embed_VxD = model.embedder.input_embedding.value
   return logps_and_entropy_from_hidden(
       hidden_BxCxD, embed_VxD, completion_ids_BxC, temperature, chunk
   )
+
+
+def _fits_one_window(model, length: int) -> bool:
+  window = model.config.sliding_window_size
+  return window is None or length <= window
+
+
+def _shared_prompt_hidden(model, prompt_ids_BxP, completion_ids_BxC, pad_id: int, group: int):
+  """The states predicting each completion token, running each prompt once.
+
+  Pass 1 runs the U = B / G distinct prompts with an empty KV cache; the cache
+  is then repeated G times and pass 2 runs the completions against it.
+  """
+  batch, prompt_len = prompt_ids_BxP.shape
+  completion_len = completion_ids_BxC.shape[1]
+  length = prompt_len + completion_len
+  prompt_ids_UxP = prompt_ids_BxP[::group]
+  valid_UxP = prompt_ids_UxP != pad_id
+  positions_UxP = jnp.maximum(jnp.cumsum(valid_UxP, axis=-1) - 1, 0)
+  causal_PxL = jnp.arange(length)[None, :] <= jnp.arange(prompt_len)[:, None]
+  mask_UxPxL = causal_PxL[None] & jnp.pad(valid_UxP, ((0, 0), (0, completion_len)))[:, None, :]
+  cfg = model.config
+  dtype = model.embedder.input_embedding.value.dtype
+  cache = {
+      f"layer_{i}": {
+          "k": jnp.zeros((len(prompt_ids_UxP), length, cfg.num_kv_heads, cfg.head_dim), dtype),
+          "v": jnp.zeros((len(prompt_ids_UxP), length, cfg.num_kv_heads, cfg.head_dim), dtype),
+          # The default int (not int32): Tunix indexes the cache with it.
+          "end_index": jnp.zeros((len(prompt_ids_UxP),), int),
+      }
+      for i in range(cfg.num_layers)
+  }
+  hidden_UxPxD, cache = model(prompt_ids_UxP, positions_UxP, cache, mask_UxPxL, return_hidden=True)
+  cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
+
+  prompt_valid_BxP = jnp.repeat(valid_UxP, group, axis=0)
+  completion_valid_BxC = completion_ids_BxC != pad_id
+  positions_BxC = (prompt_valid_BxP.sum(axis=-1, keepdims=True)
+                   + jnp.cumsum(completion_valid_BxC, axis=-1) - 1)
+  keys_valid_BxL = jnp.concatenate([prompt_valid_BxP, completion_valid_BxC], axis=1)
+  causal_CxL = jnp.arange(length)[None, :] <= prompt_len + jnp.arange(completion_len)[:, None]
+  mask_BxCxL = causal_CxL[None] & keys_valid_BxL[:, None, :]
+  hidden_BxCxD, _ = model(completion_ids_BxC, jnp.maximum(positions_BxC, 0), cache,
+                          mask_BxCxL, return_hidden=True)
+  last_prompt_BxD = jnp.repeat(hidden_UxPxD[:, -1], group, axis=0)
+  del batch
+  return jnp.concatenate([last_prompt_BxD[:, None], hidden_BxCxD[:, :-1]], axis=1)

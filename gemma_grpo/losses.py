@@ -42,7 +42,7 @@ AGGREGATIONS = (
 
 
 def per_token_logps_and_entropy(model, prompt_ids, completion_ids, pad_id: int,
-                                eos_id: int, temperature: float):
+                                eos_id: int, temperature: float, group_size: int = 1):
   """Log pi(o_t | prefix) of each completion token and the policy's entropy there.
 
   Both are of the sampling distribution: logits divided by the rollout
@@ -57,6 +57,8 @@ def per_token_logps_and_entropy(model, prompt_ids, completion_ids, pad_id: int,
     completion_ids: [B, T] right-padded completion tokens.
     pad_id, eos_id: token ids (eos_id is unused: padding marks the end).
     temperature: rollout temperature.
+    group_size: G when rows come in groups of G completions of one prompt;
+      each prompt is then run once (logprobs.per_token_logps).
 
   Returns:
     (logps_BxT, entropy_BxT), float32; positions past a completion's end hold
@@ -64,7 +66,7 @@ def per_token_logps_and_entropy(model, prompt_ids, completion_ids, pad_id: int,
   """
   del eos_id
   logps_BxT, entropy_BxT = logprobs.per_token_logps(
-      model, prompt_ids, completion_ids, pad_id, temperature)
+      model, prompt_ids, completion_ids, pad_id, temperature, group_size=group_size)
   return logps_BxT, jax.lax.stop_gradient(entropy_BxT)
 
 
@@ -165,6 +167,7 @@ def loss_fn(model, train_example, algo_config, pad_id, eos_id, **unused):
   logps_BxT, entropy_BxT = per_token_logps_and_entropy(
       model, train_example.prompt_ids, train_example.completion_ids,
       pad_id, eos_id, algo_config.temperature,
+      group_size=algo_config.num_generations,  # the learner keeps groups together
   )
   mask_BxT = train_example.completion_mask
   loss, aux = policy_loss(

@@ -203,6 +203,7 @@ class Settings:
   beta: float = 0.0
   loss_algo: str = "grpo"
   loss_agg_mode: str = "token-mean"
+  num_generations: int = 1  # rows here are distinct prompts
 
 
 def test_registered_loss_fn_is_policy_loss_on_the_model_logps():
