@@ -1,0 +1,27 @@
+"""SFT warm start of the offline google/gemma-3-270m on GSM8K worked solutions.
+
+  gemma-grpo sft --config configs/gemma3_270m_sft.py \
+      --config.data.source=/path/to/gsm8k/train.jsonl --workdir runs/gemma3_270m_sft
+The pretrained base never writes <reasoning>/<answer>; 80 LoRA updates of 4
+solutions each teach it the format. About 10 s per update on a 2-core CPU,
+15 minutes in all (measured: RESULTS.md). Without a data path it reads
+openai/gsm8k from the hub. Then GRPO: configs/gemma3_270m_sft_grpo.py.
+"""
+
+from configs import gemma3_270m
+
+
+def get_config():
+  c = gemma3_270m.get_config()
+  c.data.source = "gsm8k"  # training solutions; never GSM8K test
+  c.data.num_heldout = 32
+  # 320 tokens keep ~96% of GSM8K train (prompt + solution); longer ones are
+  # dropped rather than cut, so every target ends with its answer.
+  c.sft.max_length = 320
+  c.sft.max_steps = 80
+  c.sft.batch_size = 4
+  c.sft.peak_lr = 2e-4
+  c.ckpt.every_steps = 20
+  c.ckpt.keep = 2
+  c.log.flush_every_steps = 10
+  return c
