@@ -267,10 +267,21 @@ def _left_pad(rows: list[np.ndarray], pad: int) -> np.ndarray:
   return np.stack([np.pad(r, (width - len(r), 0), constant_values=pad) for r in rows])
 
 
-@functools.partial(nnx.jit, static_argnames=("pad_id", "eos_id", "temperature", "group_size"))
 def _sampling_logps(model, prompt_ids, completion_ids, pad_id, eos_id, temperature, group_size):
+  # A pure jax.jit over the split model: nnx.jit would return fresh copies of
+  # every weight and so end the actor/reference sharing of the frozen ones.
+  graphdef, state = nnx.split(model)
+  return _sampling_logps_jit(graphdef, state, prompt_ids, completion_ids, pad_id, eos_id,
+                             temperature, group_size)
+
+
+@functools.partial(jax.jit, static_argnames=("pad_id", "eos_id", "temperature",
+                                             "group_size"))
+def _sampling_logps_jit(graphdef, state, prompt_ids, completion_ids, pad_id, eos_id,
+                        temperature, group_size):
   return losses.per_token_logps_and_entropy(
-      model, prompt_ids, completion_ids, pad_id, eos_id, temperature, group_size)[0]
+      nnx.merge(graphdef, state), prompt_ids, completion_ids, pad_id, eos_id, temperature,
+      group_size)[0]
 
 
 class Learner(grpo_learner.GRPOLearner):

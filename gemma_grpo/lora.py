@@ -62,16 +62,19 @@ def apply(base, c: ml_collections.ConfigDict, mesh):
     raise errors.UserError(
         f"lora.targets={c.targets!r} matched no module of this model"
     )
-  share_frozen_weights(base, actor)
+  share_frozen_weights(source=actor, target=base)
   return actor
 
 
-def share_frozen_weights(base, actor) -> None:
-  """Makes `base` hold the very arrays the actor uses for its frozen weights."""
+def share_frozen_weights(*, source, target) -> None:
+  """Points `target`'s non-LoRA weights at `source`'s arrays (one copy, not two).
+
+  The two are the base model and its LoRA policy, whose frozen weights hold
+  the same values.
+  """
   from flax import nnx  # pylint: disable=g-import-not-at-top
 
-  frozen = nnx.state(actor, nnx.Not(nnx.LoRAParam))
-  nnx.update(base, frozen)
+  nnx.update(target, nnx.state(source, nnx.Not(nnx.LoRAParam)))
 
 
 def lora_dim_char(used: set[str]) -> str:

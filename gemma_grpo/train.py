@@ -41,6 +41,7 @@ def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> pathl
   """
   import jax  # pylint: disable=g-import-not-at-top
 
+  from gemma_grpo import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
 
   config_lib.validate(c, jax.device_count())
@@ -118,7 +119,7 @@ def _train(c: ml_collections.ConfigDict, work: pathlib.Path, stop) -> int:
       learning_rate=config_lib.learning_rate(c.optim, c.train.max_steps),
   )
   try:
-    cluster = rl_cluster_lib.RLCluster(
+    cluster = cluster_lib.SharedWeightsCluster(
         actor=actor,
         reference=loaded.model,
         tokenizer=loaded.tokenizer,

@@ -1,0 +1,54 @@
+"""The RL cluster keeps one copy of the frozen weights through an update."""
+
+import jax
+import numpy as np
+from flax import nnx
+
+from gemma_grpo import cluster as cluster_lib
+from gemma_grpo import config as config_lib
+from gemma_grpo import data as data_lib
+from gemma_grpo import learner as learner_lib
+from gemma_grpo import lora
+from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import metrics as metrics_lib
+from gemma_grpo import model as model_lib
+from gemma_grpo import rewards
+from gemma_grpo import tokenizer as tokenizer_lib
+
+
+def frozen_leaves(model):
+  return jax.tree.leaves(nnx.state(model, nnx.Not(nnx.LoRAParam)))
+
+
+def lora_leaves(model):
+  return [np.asarray(x) for x in jax.tree.leaves(nnx.state(model, nnx.LoRAParam))]
+
+
+def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp_path):
+  c = config_lib.load("configs/tiny.py")
+  c.train.max_steps = 1
+  c.eval.every_steps = 0
+  mesh = mesh_lib.make_mesh(c.mesh)
+  loaded = model_lib.build(c.model, mesh)
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  writer = metrics_lib.Writer(tmp_path / "tensorboard", flush_every_steps=1, max_steps=1,
+                              is_chief=True, learning_rate=config_lib.learning_rate(c.optim, 1))
+  cluster = cluster_lib.SharedWeightsCluster(
+      actor=actor, reference=loaded.model, tokenizer=loaded.tokenizer,
+      cluster_config=config_lib.cluster_config(
+          c, mesh, tmp_path, writer, tokenizer_lib.stop_token_ids(loaded.tokenizer)))
+  policy = cluster.actor_trainer.model
+  assert all(a is b for a, b in zip(frozen_leaves(policy), frozen_leaves(loaded.model)))
+  adapters_before = lora_leaves(policy)
+
+  learner = learner_lib.Learner(
+      rl_cluster=cluster, algo_config=learner_lib.algo_config(c.grpo),
+      reward_fns=rewards.from_config(c.rewards), rollout_seed=0)
+  splits = data_lib.build_splits(c.data, loaded.tokenizer, c.rollout.max_prompt_length)
+  learner.train(iter(data_lib.train_batches(splits.train, c.train.batch_size, 0)))
+  writer.close()
+
+  assert cluster.actor_trainer.train_steps == 1
+  assert all(a is b for a, b in zip(frozen_leaves(policy), frozen_leaves(loaded.model)))
+  changed = [not np.array_equal(a, b) for a, b in zip(adapters_before, lora_leaves(policy))]
+  assert any(changed), "the update left every adapter unchanged"
