@@ -139,6 +139,10 @@ def write_plots(workdir: str | pathlib.Path) -> list[pathlib.Path]:
           ("Policy entropy per completion token", "nats",
            [("actor/train/entropy", "entropy")], None),
       ],
+      "loss.png": [
+          ("Training loss (GRPO: policy loss; SFT: NLL of the model turn)", "loss",
+           [("actor/train/loss", "loss")], None),
+      ],
       "kl.png": [
           ("KL to the reference policy (k3, per token)", "nats",
            [("actor/train/kl", "KL")], None),

@@ -93,6 +93,39 @@ def batches(tokens, masks, batch_size: int, seed: int):
   )
 
 
+def _progress_hooks(writer, max_steps: int):
+  """Per-step rows (console, metrics.jsonl) and a stop on a non-finite loss."""
+  import math  # pylint: disable=g-import-not-at-top
+  from tunix.sft import hooks as tunix_hooks  # pylint: disable=g-import-not-at-top
+
+  from gemma_grpo import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
+
+  class Progress(tunix_hooks.TrainingHooks):
+
+    def on_train_start(self, train_ctx):
+      pass
+
+    def on_train_step_start(self, train_ctx):
+      pass
+
+    def on_train_step_end(self, train_ctx, train_step, train_loss):
+      if train_loss is not None and not math.isfinite(float(train_loss)):
+        raise hooks_lib.NonFiniteError(f"sft step {train_step}: loss is {float(train_loss)}")
+      # Tunix reports a step's metrics while the next one runs.
+      writer.finish_through(min(train_step, max_steps) - 1)
+
+    def on_eval_step_start(self, train_ctx):
+      pass
+
+    def on_eval_step_end(self, train_ctx, eval_loss):
+      pass
+
+    def on_train_end(self, train_ctx):
+      pass
+
+  return Progress()
+
+
 def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   """Runs supervised LoRA training; returns the exit code."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -151,6 +184,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
       return loss_fn(model, tokens_BxL, target_mask_BxL, pad_id)
 
     trainer.with_loss_fn(loss)
+    trainer.with_training_hooks(_progress_hooks(writer, c.sft.max_steps))
     trainer.with_gen_model_input_fn(
         lambda b: {"tokens_BxL": b["tokens"], "target_mask_BxL": b["target_mask"]}
     )
@@ -161,6 +195,15 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
     stop = hooks_lib.StopSignal().install()
     try:
       trainer.train(stop.guard(iter(batches(tokens, masks, c.sft.batch_size, c.data.shuffle_seed))))
+    except hooks_lib.NonFiniteError as e:
+      from gemma_grpo import train as train_lib  # pylint: disable=g-import-not-at-top
+
+      trainer.checkpoint_manager.close()  # waits for a save still in flight
+      kept = checkpoints.saved_steps(work)
+      where = (f"the last good checkpoint, step {kept[-1]}, is kept" if kept
+               else "no checkpoint was saved")
+      print(f"error: {e}; SFT stopped; {where}", file=sys.stderr, flush=True)
+      return train_lib.EXIT_NONFINITE
     finally:
       stop.uninstall()
       writer.close()
@@ -168,6 +211,10 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
     print(f"stopped after step {trainer.train_steps}; rerun to resume", file=sys.stderr)
     return 128 + stop.signum
   logging.info("SFT done: %d steps in %s", trainer.train_steps, work)
+  if jax.process_index() == 0:
+    from gemma_grpo import plots  # pylint: disable=g-import-not-at-top
+
+    logging.info("Plots: %s", ", ".join(str(p) for p in plots.write_plots(work)))
   return 0
 
 

@@ -41,7 +41,6 @@ def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> pathl
   """
   import jax  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
 
   config_lib.validate(c, jax.device_count())
@@ -80,6 +79,7 @@ def _train(c: ml_collections.ConfigDict, work: pathlib.Path, stop) -> int:
   import jax  # pylint: disable=g-import-not-at-top
   from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
 
+  from gemma_grpo import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import evaluate  # pylint: disable=g-import-not-at-top
   from gemma_grpo import hooks as hooks_lib  # pylint: disable=g-import-not-at-top

@@ -10,7 +10,7 @@ from conftest import run_cli
 from gemma_grpo import errors
 from gemma_grpo import plots
 
-CHARTS = ("rewards.png", "completion_length.png", "entropy.png", "kl.png")
+CHARTS = ("rewards.png", "completion_length.png", "entropy.png", "loss.png", "kl.png")
 
 
 def read_png(path) -> np.ndarray:
@@ -50,6 +50,16 @@ def test_write_plots_draws_accuracy_when_the_run_evaluated(tmp_path):
   written = plots.write_plots(tmp_path)
   assert [p.name for p in written] == ["rewards.png", "accuracy.png"]
   assert_non_trivial(tmp_path / "plots" / "accuracy.png")
+
+
+def test_write_plots_of_an_sft_run_draw_its_loss(tmp_path):
+  rows = [{"step": s, "actor/train/loss": 2.0 / s, "actor/train/learning_rate": 1e-4}
+          for s in range(1, 6)]
+  (tmp_path / "tensorboard").mkdir()
+  (tmp_path / "tensorboard" / "metrics.jsonl").write_text(
+      "".join(json.dumps(r) + "\n" for r in rows))
+  assert [p.name for p in plots.write_plots(tmp_path)] == ["loss.png"]
+  assert_non_trivial(tmp_path / "plots" / "loss.png")
 
 
 @pytest.mark.parametrize("content, needle", [

@@ -7,6 +7,7 @@ from conftest import run_cli
 from gemma_grpo import checkpoints
 from gemma_grpo import data
 from gemma_grpo import errors
+from gemma_grpo import hooks
 from gemma_grpo import metrics
 from gemma_grpo import prompts
 from gemma_grpo import sft
@@ -113,3 +114,22 @@ def test_grpo_starts_from_the_merged_sft_policy(sft_run, tmp_path):
     checkpoints.merge_into_base(merged, tmp_path, mesh, source="random")
   with pytest.raises(errors.UserError, match="start from a run on the same base model"):
     checkpoints.merge_into_base(merged, sft_run, mesh, source="gguf:gemma-3-270m")
+
+
+class RecordingWriter:
+
+  def __init__(self):
+    self.finished = []
+
+  def finish_through(self, step):
+    self.finished.append(step)
+
+
+def test_progress_hooks_write_each_finished_step_and_stop_on_a_nan_loss():
+  writer = RecordingWriter()
+  progress = sft._progress_hooks(writer, max_steps=3)  # pylint: disable=protected-access
+  progress.on_train_step_end(None, 1, 2.5)
+  progress.on_train_step_end(None, 2, 2.0)
+  assert writer.finished == [0, 1]
+  with pytest.raises(hooks.NonFiniteError, match="sft step 3: loss is nan"):
+    progress.on_train_step_end(None, 3, float("nan"))
