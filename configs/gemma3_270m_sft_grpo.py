@@ -5,9 +5,17 @@
   python -m gemma_grpo.train --config configs/gemma3_270m_sft_grpo.py \
       --config.data.source=/path/to/gsm8k/train.jsonl --workdir runs/gemma3_270m_sft_grpo
 The SFT adapter is merged into the base, which is also the KL reference, and
-a fresh adapter is trained with the guarded reward preset. About 45 s per
-step on a 2-core CPU (completions up to 256 tokens), 20 steps and two
-held-out evals in about 20 minutes (measured: RESULTS.md).
+a fresh adapter is trained. About a minute per step on a 2-core CPU
+(completions up to 256 tokens), 20 steps and two held-out evals in about 25
+minutes (measured: RESULTS.md).
+
+Rewards: the reference preset, not the guarded default. After SFT the 270M
+answers ~1% of GSM8K correctly and loops until the length limit on ~45% of
+problems under greedy decoding. With guarded weights a wrong answer costs 5
+while a completion that never closes its tags costs ~0.5, so GRPO would learn
+to stop answering; the reference weights pay for finishing the format, and
+with accuracy this low there is no accuracy for format hacking to trade away
+(RESULTS.md checks it did not fall).
 """
 
 from configs import gemma3_270m
@@ -18,7 +26,7 @@ def get_config():
   c.model.init_lora_from = "runs/gemma3_270m_sft"
   c.data.source = "gsm8k"
   c.data.num_heldout = 32
-  c.rewards.preset = "guarded"  # a correct answer outscores any well-formed wrong one
+  c.rewards.preset = "reference"  # see the docstring
   c.grpo.num_generations = 4
   c.grpo.beta = 0.04
   c.train.batch_size = 2
@@ -27,7 +35,7 @@ def get_config():
   # loses its answer tag and with it every reward.
   c.rollout.max_new_tokens = 256
   c.rollout.kv_cache_size = 512
-  c.optim.peak_lr = 5e-6
+  c.optim.peak_lr = 3e-5  # a fresh LoRA adapter; 20 updates
   c.eval.every_steps = 10
   c.eval.num_examples = 16
   c.eval.max_new_tokens = 256
