@@ -20,6 +20,8 @@ Numbers. `parse_number` reads the first or the last number in a text:
 NaN, infinities, "1e999" and numbers too long for a float give None.
 """
 
+import decimal
+import functools
 import itertools
 import math
 import re
@@ -160,6 +162,10 @@ _MAX_FACTORIAL = 1000
 # Only the main thread can use math-verify's SIGALRM timeouts; elsewhere the
 # bounds above are the only protection, so they must hold on their own.
 _MAIN_THREAD_TIMEOUT_S = 2
+# Two plain decimals compare exactly without sympy, which costs milliseconds
+# per answer; GSM8K-style answers are almost all of this form.
+_PLAIN_DECIMAL = re.compile(r"-?\d{1,50}(?:\.\d{1,50})?")
+_MATH_MARKERS = re.compile(r"[-+*/=^(){}\[\]\\$%]")
 
 
 def _bracket_depth(text: str) -> int:
@@ -258,15 +264,50 @@ def math_equal(completion: Any, gold: Any) -> bool:
     return False
 
 
+def _numeric_verdict(completion: str, answer: str | None, gold: str) -> bool | None:
+  """The verdict without sympy when both sides are plain numbers, else None.
+
+  Covers a decimal gold against an <answer> that is a lone number (units and
+  thousands separators allowed, no operators), or, with no <answer>, against
+  the last number of a completion without LaTeX: what math-verify would
+  read there too.
+  """
+  if not _PLAIN_DECIMAL.fullmatch(gold):
+    return None
+  if answer is not None and answer.strip():
+    text = answer.strip()
+    if _PLAIN_DECIMAL.fullmatch(text):
+      return decimal.Decimal(text) == decimal.Decimal(gold)
+    # A lone leading "$" is currency ("$1,234"); a pair is LaTeX ("$x^2$").
+    bare = text[1:] if text.startswith("$") and text.count("$") == 1 else text
+    if _MATH_MARKERS.search(bare.lstrip("-")) or len(_NUMBER_RE.findall(bare)) != 1:
+      return None
+  else:
+    text = completion[-MATH_CHARS:]
+    if "\\" in text or "$" in text:
+      return None
+  value = parse_number(text)
+  return value is not None and numbers_equal(value, float(gold))
+
+
+@functools.lru_cache(maxsize=1024)
+def _gold_parse(gold: str, timeout_s: int | None) -> tuple[Any, ...]:
+  """A gold answer, parsed once: the G completions of a prompt share it."""
+  return tuple(_math_parse(f"${gold}$", timeout_s) or _math_parse(gold, timeout_s))
+
+
 def _math_equal(completion: str, gold: str) -> bool:
   from math_verify import verify  # pylint: disable=g-import-not-at-top
 
   in_main = threading.current_thread() is threading.main_thread()
   timeout_s = _MAIN_THREAD_TIMEOUT_S if in_main else None
-  target = _math_parse(f"${gold}$", timeout_s) or _math_parse(gold, timeout_s)
+  answer = extract_answer(completion)
+  quick = _numeric_verdict(completion, answer, gold.strip())
+  if quick is not None:
+    return quick
+  target = _gold_parse(gold, timeout_s)
   if not target:
     return False
-  answer = extract_answer(completion)
   guess: list[Any] = []
   if answer is not None and answer.strip():
     answer = answer.strip()[:MATH_CHARS]
@@ -276,4 +317,4 @@ def _math_equal(completion: str, gold: str) -> bool:
       guess = guess + _math_parse(f"${answer}$", timeout_s)
   if not guess:
     guess = _math_parse(completion, timeout_s)
-  return bool(guess) and verify(target, guess, timeout_seconds=timeout_s)
+  return bool(guess) and verify(list(target), guess, timeout_seconds=timeout_s)

@@ -182,3 +182,42 @@ def test_readers_are_total(text, repeat):
     for first in (False, True):
       number = answers.parse_number(value, first=first)
       assert number is None or math.isfinite(number)
+
+
+# Plain-number cases are settled without sympy; the verdict must be the one
+# math-verify itself gives on the same text.
+_NUMERIC_CASES = [
+    ("<answer>18</answer>", "18", True),
+    ("<answer>18.0</answer>", "18", True),
+    ("<answer>-3</answer>", "-3", True),
+    ("<answer>19</answer>", "18", False),
+    ("<answer>1,234</answer>", "1234", True),
+    ("<answer>$1,234</answer>", "1234", True),
+    ("<answer>18 dollars</answer>", "18", True),
+    ("<answer>0</answer>", "0", True),
+    ("<answer>0.5</answer>", "0", False),
+    ("so she pays 20, then 18.", "18", True),
+    ("so she pays 18, then 20.", "18", False),
+    ("", "18", False),
+]
+
+
+@pytest.mark.parametrize("completion, gold, expected", _NUMERIC_CASES)
+def test_plain_numbers_skip_sympy_with_math_verifys_verdict(completion, gold, expected):
+  from math_verify import parse, verify  # pylint: disable=g-import-not-at-top
+
+  answer = answers.extract_answer(completion)
+  quick = answers._numeric_verdict(completion, answer, gold)  # pylint: disable=protected-access
+  assert quick is expected
+  text = answer if answer is not None else completion
+  assert bool(verify(parse(f"${gold}$"), parse(text))) is expected or text == ""
+  assert answers.math_equal(completion, gold) is expected
+
+
+@pytest.mark.parametrize("completion", [
+    "<answer>3 + 15</answer>", "<answer>$18$</answer>", "<answer>\\frac{36}{2}</answer>",
+    "<answer>36/2</answer>", "<answer>18%</answer>", "total \\boxed{18}",
+])
+def test_expressions_and_latex_go_to_math_verify(completion):
+  answer = answers.extract_answer(completion)
+  assert answers._numeric_verdict(completion, answer, "18") is None  # pylint: disable=protected-access

@@ -522,7 +522,6 @@ def test_hub_failures_are_one_line_user_errors(tmp_path):
 def test_offline_270m_with_random_lora_exports_faithfully(tmp_path):
   """Non-zero random B on every adapter of the real 270M; fp32 and bf16 exports."""
   import jax  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
 
   c = base.get_config()  # gguf:gemma-3-270m, float32
