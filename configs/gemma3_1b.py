@@ -3,8 +3,8 @@
   export HF_TOKEN=...   # gemma-3-1b-it is gated: accept its licence first
   python -m gemma_grpo.train --config configs/gemma3_1b.py --workdir runs/g1b
 Needs the hub (weights and openai/gsm8k). Sized for an accelerator: 100 steps
-of 4 prompts x 2 completions x up to 512 tokens (see BENCHMARKS.md for
-measured step times); on a TPU VM see launch/README.md.
+of 4 prompts x 2 completions x up to 512 tokens (no accelerator step time
+measured yet: bench/gpu.py prints one); on a TPU VM see launch/README.md.
 """
 
 from configs import base

