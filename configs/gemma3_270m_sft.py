@@ -3,8 +3,8 @@
   gemma-grpo sft --config configs/gemma3_270m_sft.py \
       --config.data.source=/path/to/gsm8k/train.jsonl --workdir runs/gemma3_270m_sft
 The pretrained base never writes <reasoning>/<answer>; 80 LoRA updates of 4
-solutions each teach it the format. About 10 s per update on a 2-core CPU,
-15 minutes in all (measured: RESULTS.md). Without a data path it reads
+solutions each teach it the format. About 15 s per update on a 2-core CPU;
+the measured run took 33 minutes with the machine partly shared (RESULTS.md). Without a data path it reads
 openai/gsm8k from the hub. Then GRPO: configs/gemma3_270m_sft_grpo.py.
 """
 
