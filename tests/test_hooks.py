@@ -167,6 +167,8 @@ def test_stop_signal_marks_a_stop_and_the_guard_ends_the_batches():
 
 
 def test_a_second_ctrl_c_interrupts_at_once():
+  # A shell's background job starts with SIGINT ignored: restore what was there.
+  previous = signal.getsignal(signal.SIGINT)
   stop = hooks.StopSignal().install()
   try:
     os.kill(os.getpid(), signal.SIGINT)
@@ -175,4 +177,4 @@ def test_a_second_ctrl_c_interrupts_at_once():
       os.kill(os.getpid(), signal.SIGINT)
   finally:
     stop.uninstall()
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  assert signal.getsignal(signal.SIGINT) is previous
