@@ -144,7 +144,7 @@ def _shared_prompt_hidden(model, prompt_ids_BxP, completion_ids_BxC, pad_id: int
   Pass 1 runs the U = B / G distinct prompts with an empty KV cache; the cache
   is then repeated G times and pass 2 runs the completions against it.
   """
-  batch, prompt_len = prompt_ids_BxP.shape
+  prompt_len = prompt_ids_BxP.shape[1]
   completion_len = completion_ids_BxC.shape[1]
   length = prompt_len + completion_len
   prompt_ids_UxP = prompt_ids_BxP[::group]
@@ -176,5 +176,4 @@ def _shared_prompt_hidden(model, prompt_ids_BxP, completion_ids_BxC, pad_id: int
   hidden_BxCxD, _ = model(completion_ids_BxC, jnp.maximum(positions_BxC, 0), cache,
                           mask_BxCxL, return_hidden=True)
   last_prompt_BxD = jnp.repeat(hidden_UxPxD[:, -1], group, axis=0)
-  del batch
   return jnp.concatenate([last_prompt_BxD[:, None], hidden_BxCxD[:, :-1]], axis=1)
