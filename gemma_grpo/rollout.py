@@ -1,0 +1,374 @@
+"""The GRPO rollout engine: each prompt prefilled once, decoding on merged weights.
+
+Tunix's vanilla sampler prefills every row of a batch, although GRPO's G rows
+of a group share one prompt, and on XLA:CPU its decode step spends more time
+moving memory than computing: the attention einsums' weights are re-laid out
+at every token (XLA assigns layouts after hoisting loop invariants) and the
+KV cache, laid out [B, S, K, H], is copied around the attention dots.
+
+This engine (a Tunix `BaseRollout`, plugged into the RLCluster as its rollout
+engine) instead
+- prefills each distinct prompt once with the LoRA policy itself and repeats
+  its KV cache over the group;
+- before decoding, merges the adapters into one float copy of the projection
+  weights (W + (alpha / r)·A·B, the policy's own weights up to rounding),
+  laid out for the decode dots: [D, N·H] queries, [D, 2·K·H] keys and values,
+  [N·H, D] output, [D, 2·F] gate and up, [F, D] down. The copy (0.4 GB for
+  Gemma-3-270M in float32) lives for one `generate` call;
+- keeps the cache as [B, K, S, H] so the attention dots read it in place.
+
+Sampling follows Tunix's sampler: temperature, then top-k, then top-p over the
+sorted top-k; greedy when temperature is 0 or top_p is None. Completions stop
+at the first stop token (excluded from the returned tokens) or at
+`max_tokens_to_generate`.
+
+Shapes: B rows, U distinct prompts, P prompt width, S cache slots (P + new
+tokens), D model width, N query heads, K key/value heads, G = N / K, H head
+width, F MLP width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tunix.models.gemma3 import model as gemma3
+from tunix.rl.rollout import base_rollout
+
+from gemma_grpo import logprobs
+from gemma_grpo import modeling
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LayerWeights:
+  """One decoder layer's weights, adapters merged, laid out for decoding."""
+
+  attn_norm_D: jax.Array
+  query_DxNH: jax.Array
+  key_value_Dx2KH: jax.Array
+  query_norm_H: jax.Array
+  key_norm_H: jax.Array
+  out_NHxD: jax.Array
+  post_attn_norm_D: jax.Array
+  ffw_norm_D: jax.Array
+  gate_up_Dx2F: jax.Array
+  down_FxD: jax.Array
+  post_ffw_norm_D: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerShape:
+  """What a decode step needs to know about a layer besides its weights."""
+
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  query_scale: float
+  rope_base: float
+  rope_scale: float
+  window: int | None  # sliding-window width in cache slots; None = global
+
+
+def _lora_delta(module, name: str, scale: float) -> jax.Array | None:
+  """scale·A·B of `module.<name>`'s adapter in the weight's axes, or None."""
+  a = getattr(module, f"{name}_lora_a", None)
+  if a is None:
+    return None
+  a, b = a.value, getattr(module, f"{name}_lora_b").value
+  einsum_str = getattr(module, "einsum_str", None)
+  if einsum_str is None:  # nnx.Linear kernel [in, out]
+    return scale * (a @ b)
+  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
+
+  a_str, b_str, w_str = lora.einsum_lora_strs(einsum_str)
+  return scale * jnp.einsum(f"{a_str},{b_str}->{w_str}", a, b)
+
+
+def _merged(module, name: str, scale: float) -> jax.Array:
+  weight = getattr(module, name).value
+  delta = _lora_delta(module, name, scale)
+  return weight if delta is None else weight + delta.astype(weight.dtype)
+
+
+def layer_shape(layer) -> LayerShape:
+  attn = layer.attn
+  local = attn.attn_type == gemma3.AttentionType.LOCAL_SLIDING
+  return LayerShape(
+      num_heads=attn.num_heads, num_kv_heads=attn.num_kv_heads, head_dim=attn.head_dim,
+      query_scale=float(attn.query_pre_attn_scalar),
+      rope_base=float(attn.rope_base_frequency), rope_scale=float(attn.rope_scale_factor),
+      window=attn.sliding_window_size if local else None,
+  )
+
+
+def decode_weights(model, lora_scale: float) -> list[LayerWeights]:
+  """Every layer's weights with the adapters merged, in decode layouts."""
+  layers = []
+  for layer in model.layers:
+    attn, mlp = layer.attn, layer.mlp
+    if attn.use_qkv_einsum:
+      raise NotImplementedError("fused qkv_einsum (Gemma-3 uses q_einsum + kv_einsum)")
+    q_NxDxH = _merged(attn.q_einsum, "w", lora_scale)
+    kv_2xKxDxH = _merged(attn.kv_einsum, "w", lora_scale)
+    out_NxHxD = _merged(attn.attn_vec_einsum, "w", lora_scale)
+    n, d, h = q_NxDxH.shape
+    layers.append(LayerWeights(
+        attn_norm_D=layer.pre_attention_norm.scale.value,
+        query_DxNH=q_NxDxH.transpose(1, 0, 2).reshape(d, n * h),
+        key_value_Dx2KH=kv_2xKxDxH.transpose(2, 0, 1, 3).reshape(d, -1),
+        query_norm_H=attn._query_norm.scale.value,  # pylint: disable=protected-access
+        key_norm_H=attn._key_norm.scale.value,  # pylint: disable=protected-access
+        out_NHxD=out_NxHxD.reshape(n * h, d),
+        post_attn_norm_D=layer.post_attention_norm.scale.value,
+        ffw_norm_D=layer.pre_ffw_norm.scale.value,
+        gate_up_Dx2F=jnp.concatenate([_merged(mlp.gate_proj, "kernel", lora_scale),
+                                      _merged(mlp.up_proj, "kernel", lora_scale)], axis=1),
+        down_FxD=_merged(mlp.down_proj, "kernel", lora_scale),
+        post_ffw_norm_D=layer.post_ffw_norm.scale.value,
+    ))
+  return layers
+
+
+def _rms_norm(x, scale):
+  # Tunix's RMSNorm (Gemma stores scale - 1).
+  normed = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + 1e-6)
+  return normed * (1 + scale)
+
+
+def _decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position_B, slot,
+                  keys_LxBxKxSxH, values_LxBxKxSxH, valid_BxS):
+  """One token per row through one layer; writes its key/value at `slot`.
+
+  The caches of all layers are one array each for keys and values: XLA:CPU
+  then updates them in place inside the decode loop, where per-layer arrays
+  were copied four times per token.
+  """
+  batch = x_BxD.shape[0]
+  n, k, h = shape.num_heads, shape.num_kv_heads, shape.head_dim
+  normed_BxD = _rms_norm(x_BxD, w.attn_norm_D)
+  query_BxNxH = (normed_BxD @ w.query_DxNH).reshape(batch, n, h)
+  kv_Bx2xKxH = (normed_BxD @ w.key_value_Dx2KH).reshape(batch, 2, k, h)
+  query_BxNxH = _rms_norm(query_BxNxH, w.query_norm_H)
+  new_key_BxKxH = _rms_norm(kv_Bx2xKxH[:, 0], w.key_norm_H)
+  rope = functools.partial(gemma3.apply_rope, head_dim=h, base_frequency=shape.rope_base,
+                           scale_factor=shape.rope_scale)
+  query_BxNxH = rope(query_BxNxH[:, None], position_B[:, None])[:, 0] * shape.query_scale
+  new_key_BxKxH = rope(new_key_BxKxH[:, None], position_B[:, None])[:, 0]
+  dtype = keys_LxBxKxSxH.dtype
+  keys_LxBxKxSxH = jax.lax.dynamic_update_slice(
+      keys_LxBxKxSxH, new_key_BxKxH[None, :, :, None].astype(dtype), (layer, 0, 0, slot, 0))
+  values_LxBxKxSxH = jax.lax.dynamic_update_slice(
+      values_LxBxKxSxH, kv_Bx2xKxH[None, :, 1, :, None].astype(dtype), (layer, 0, 0, slot, 0))
+  key_BxKxSxH, value_BxKxSxH = keys_LxBxKxSxH[layer], values_LxBxKxSxH[layer]
+
+  visible_BxS = valid_BxS & (jnp.arange(valid_BxS.shape[1]) <= slot)
+  if shape.window is not None:
+    visible_BxS &= jnp.arange(valid_BxS.shape[1]) > slot - shape.window
+  query_BxKxGxH = query_BxNxH.reshape(batch, k, n // k, h)
+  logits_BxKxGxS = jnp.einsum("bkgh,bksh->bkgs", query_BxKxGxH, key_BxKxSxH)
+  logits_BxKxGxS = jnp.where(visible_BxS[:, None, None, :], logits_BxKxGxS, gemma3.K_MASK)
+  probs_BxKxGxS = jax.nn.softmax(logits_BxKxGxS, axis=-1).astype(value_BxKxSxH.dtype)
+  attended_BxNH = jnp.einsum("bkgs,bksh->bkgh", probs_BxKxGxS, value_BxKxSxH).reshape(batch, n * h)
+  x_BxD = x_BxD + _rms_norm(attended_BxNH @ w.out_NHxD, w.post_attn_norm_D)
+
+  gate_up_Bx2F = _rms_norm(x_BxD, w.ffw_norm_D) @ w.gate_up_Dx2F
+  gate_BxF, up_BxF = jnp.split(gate_up_Bx2F, 2, axis=-1)
+  x_BxD = x_BxD + _rms_norm((nnx.gelu(gate_BxF) * up_BxF) @ w.down_FxD, w.post_ffw_norm_D)
+  return x_BxD, keys_LxBxKxSxH, values_LxBxKxSxH
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+  """Token choice; hashable, so one compiled decode loop per setting."""
+
+  greedy: bool
+  temperature: float
+  top_k: int | None
+  top_p: float
+
+
+def sample_tokens(logits_BxV, key, sampling: Sampling):
+  """Tunix's choice rule: argmax, or temperature -> top-k -> top-p -> draw."""
+  if sampling.greedy:
+    return jnp.argmax(logits_BxV, axis=-1).astype(jnp.int32)
+  logits_BxV = logits_BxV.astype(jnp.float32) / sampling.temperature
+  if sampling.top_p >= 1.0 and not sampling.top_k:
+    return jax.random.categorical(key, logits_BxV).astype(jnp.int32)
+  top_logits_BxK, top_ids_BxK = jax.lax.top_k(logits_BxV, sampling.top_k or logits_BxV.shape[-1])
+  probs_BxK = jax.nn.softmax(top_logits_BxK, axis=-1)
+  beyond_p_BxK = jnp.cumsum(probs_BxK, axis=-1) - probs_BxK > sampling.top_p
+  top_logits_BxK = jnp.where(beyond_p_BxK, -jnp.inf, top_logits_BxK)
+  pick_B = jax.random.categorical(key, top_logits_BxK)
+  return jnp.take_along_axis(top_ids_BxK, pick_B[:, None], axis=-1)[:, 0].astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnames=("lora_scale", "rows_per_prompt",
+                                             "new_tokens", "pad_id", "sampling"))
+def _prefill(graphdef, state, prompt_ids_UxP, key, *, lora_scale, rows_per_prompt,
+             new_tokens, pad_id, sampling):
+  """Distinct prompts through the policy once; first tokens; decode inputs."""
+  model = nnx.merge(graphdef, state)
+  num_prompts, width = prompt_ids_UxP.shape
+  slots = width + new_tokens
+  cfg = model.config
+  dtype = model.embedder.input_embedding.value.dtype
+  cache = {
+      f"layer_{i}": {
+          "k": jnp.zeros((num_prompts, slots, cfg.num_kv_heads, cfg.head_dim), dtype),
+          "v": jnp.zeros((num_prompts, slots, cfg.num_kv_heads, cfg.head_dim), dtype),
+          "end_index": jnp.zeros((num_prompts,), int),
+      }
+      for i in range(cfg.num_layers)
+  }
+  positions_UxP, mask_UxPxP = logprobs.positions_and_mask(prompt_ids_UxP, pad_id)
+  mask_UxPxS = jnp.pad(mask_UxPxP, ((0, 0), (0, 0), (0, new_tokens)))
+  logits_Ux1xV, cache = model(prompt_ids_UxP, positions_UxP, cache, mask_UxPxS,
+                              decode_only_last_token=True)
+  repeat = functools.partial(jnp.repeat, repeats=rows_per_prompt, axis=0)
+  keys_LxBxKxSxH = jnp.stack([repeat(cache[f"layer_{i}"]["k"]).transpose(0, 2, 1, 3)
+                              for i in range(cfg.num_layers)])
+  values_LxBxKxSxH = jnp.stack([repeat(cache[f"layer_{i}"]["v"]).transpose(0, 2, 1, 3)
+                                for i in range(cfg.num_layers)])
+  first_B = sample_tokens(repeat(logits_Ux1xV[:, 0]), jax.random.fold_in(key, 0), sampling)
+  valid_BxP = repeat(prompt_ids_UxP != pad_id)
+  return (decode_weights(model, lora_scale), first_B, keys_LxBxKxSxH, values_LxBxKxSxH,
+          repeat(positions_UxP[:, -1]) + 1, valid_BxP)
+
+
+@functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling"))
+def _decode(weights, embed_VxD, final_norm_D, first_B, keys, values, next_position_B,
+            valid_BxP, stop_ids, key, *, shapes, new_tokens, sampling):
+  """Tokens 2..new_tokens of every row; stops early once every row has stopped."""
+  batch, width = valid_BxP.shape
+  valid_BxS = jnp.pad(valid_BxP, ((0, 0), (0, new_tokens)), constant_values=True)
+  tokens_BxT = jnp.zeros((batch, new_tokens), jnp.int32).at[:, 0].set(first_B)
+  done_B = jnp.isin(first_B, stop_ids)
+
+  def step(carry):
+    t, tokens_BxT, done_B, keys, values = carry
+    x_BxD = embed_VxD[tokens_BxT[:, t - 1]] * jnp.sqrt(embed_VxD.shape[-1]).astype(embed_VxD.dtype)
+    position_B = next_position_B + t - 1
+    for layer, (w, shape) in enumerate(zip(weights, shapes)):
+      x_BxD, keys, values = _decode_layer(w, shape, layer, x_BxD, position_B, width + t - 1,
+                                          keys, values, valid_BxS)
+    logits_BxV = _rms_norm(x_BxD, final_norm_D) @ embed_VxD.T
+    token_B = sample_tokens(logits_BxV, jax.random.fold_in(key, t), sampling)
+    token_B = jnp.where(done_B, stop_ids[0], token_B)
+    done_B = done_B | jnp.isin(token_B, stop_ids)
+    return t + 1, tokens_BxT.at[:, t].set(token_B), done_B, keys, values
+
+  def more(carry):
+    t, _, done_B, _, _ = carry
+    return (t < new_tokens) & ~jnp.all(done_B)
+
+  _, tokens_BxT, _, _, _ = jax.lax.while_loop(more, step, (1, tokens_BxT, done_B, keys, values))
+  return tokens_BxT
+
+
+def group_rows(prompts: Sequence[str]) -> tuple[list[int], int]:
+  """(index of each run's first row, run length) if `prompts` is equal-length runs."""
+  starts = [i for i in range(len(prompts)) if i == 0 or prompts[i] != prompts[i - 1]]
+  size = len(prompts) // len(starts)
+  if all(prompts[s:s + size] == [prompts[s]] * size for s in starts) and size * len(starts) == len(prompts):
+    return starts, size
+  return list(range(len(prompts))), 1
+
+
+class GroupedRollout(base_rollout.BaseRollout):
+  """Rollouts for the RLCluster; see the module docstring."""
+
+  def __init__(self, rollout_actor, tokenizer, mesh=None, rollout_config=None, *,
+               lora_scale: float):
+    del rollout_config  # each generate() call brings its own
+    if not isinstance(rollout_actor, modeling.Gemma3):
+      # Converting would make a second module that the trainer never updates.
+      raise TypeError(f"GroupedRollout needs a gemma_grpo.modeling.Gemma3, got {type(rollout_actor)}")
+    self._model = rollout_actor
+    from tunix.generate import tokenizer_adapter  # pylint: disable=g-import-not-at-top
+
+    if not isinstance(tokenizer, tokenizer_adapter.TokenizerAdapter):
+      tokenizer = tokenizer_adapter.TokenizerAdapter(tokenizer)
+    self._tokenizer = tokenizer
+    self.mesh = mesh
+    self._lora_scale = float(lora_scale)
+    self._shapes = tuple(layer_shape(layer) for layer in rollout_actor.layers)
+
+  def tokenize(self, prompt: str) -> np.ndarray:
+    """The ids Tunix's sampler feeds for `prompt` (<bos> once)."""
+    ids = self._tokenizer.encode(prompt)
+    bos = [self._tokenizer.bos_id()] if self._tokenizer.bos_id() else []
+    return np.array(self._tokenizer.dedup_bos_ids(bos + ids), dtype=np.int32)
+
+  def generate(self, prompts: list[str], rollout_config: base_rollout.RolloutConfig,
+               **kwargs) -> base_rollout.RolloutOutput:
+    del kwargs
+    rows = [self.tokenize(p) for p in prompts]
+    width = rollout_config.max_prompt_length
+    longest = max(len(r) for r in rows)
+    if width is None or width < longest:
+      width = 1 << (longest - 1).bit_length()  # as Tunix's sampler does
+    pad = self.pad_id()
+    padded_BxP = np.stack([np.pad(r, (width - len(r), 0), constant_values=pad) for r in rows])
+    starts, rows_per_prompt = group_rows(prompts)
+    new_tokens = rollout_config.max_tokens_to_generate
+    greedy = not rollout_config.temperature or rollout_config.top_p is None
+    sampling = Sampling(greedy=greedy, temperature=float(rollout_config.temperature or 1.0),
+                        top_k=None if greedy else (rollout_config.top_k or None),
+                        top_p=1.0 if greedy else float(rollout_config.top_p))
+    key = rollout_config.seed
+    if key is None:
+      key = jax.random.PRNGKey(0)
+    elif isinstance(key, int):
+      key = jax.random.PRNGKey(key)
+    stop_ids = jnp.asarray(list(rollout_config.eos_tokens or [self.eos_id()]), jnp.int32)
+
+    graphdef, state = nnx.split(self._model)
+    weights, first_B, keys, values, next_position_B, valid_BxP = _prefill(
+        graphdef, state, jnp.asarray(padded_BxP[starts]), key, lora_scale=self._lora_scale,
+        rows_per_prompt=rows_per_prompt, new_tokens=new_tokens, pad_id=pad, sampling=sampling)
+    tokens_BxT = _decode(
+        weights, self._model.embedder.input_embedding.value, self._model.final_norm.scale.value,
+        first_B, keys, values, next_position_B, valid_BxP, stop_ids, key,
+        shapes=self._shapes, new_tokens=new_tokens, sampling=sampling)
+    del weights
+    tokens_BxT = np.asarray(jax.device_get(tokens_BxT))
+    stops = np.asarray(stop_ids)
+    completions = []
+    for row in tokens_BxT:
+      hits = np.flatnonzero(np.isin(row, stops))
+      completions.append(row[:hits[0]] if hits.size else row)
+    return base_rollout.RolloutOutput(
+        text=[self._tokenizer.decode(c.tolist()) for c in completions],
+        logits=None,
+        tokens=completions,
+        left_padded_prompt_tokens=padded_BxP,
+        logprobs=None,
+    )
+
+  def get_per_token_logps(self, prompt_tokens, completion_tokens):
+    from tunix.rl import common  # pylint: disable=g-import-not-at-top
+
+    graphdef, state = nnx.split(self._model)
+    return common.compute_per_token_logps(
+        graphdef, state, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+        pad_id=self.pad_id(), eos_id=self.eos_id(), stop_gradient=True, return_logits=False)
+
+  def update_params(self, params, filter_types=None) -> None:
+    # The engine reads the actor's live state at every generate(); this only
+    # matters when the cluster hands it weights held elsewhere.
+    nnx.update(self._model, params)
+
+  def pad_id(self) -> int:
+    return self._tokenizer.pad_id()
+
+  def eos_id(self) -> int:
+    return self._tokenizer.eos_id()
+
+  def model(self) -> Any:
+    return self._model

@@ -1,0 +1,173 @@
+"""The grouped rollout engine against Tunix's sampler on tiny random Gemma-3s."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from tunix.generate import sampler as sampler_lib
+from tunix.generate import tokenizer_adapter
+from tunix.models.gemma3 import model as gemma3
+from tunix.rl.rollout import base_rollout
+
+from configs import tiny
+from gemma_grpo import lora
+from gemma_grpo import model as model_lib
+from gemma_grpo import prompts
+from gemma_grpo import rollout
+
+MAX_PROMPT = 64
+MAX_NEW = 8
+QUESTIONS = ("What is 2 + 3?", "Ann has 4 cats and 2 dogs. How many pets?", "Halve 18.")
+GROUPED = [prompts.render_prompt(q) for q in QUESTIONS for _ in range(2)]
+NO_STOP = [-1]  # no token has this id: every completion runs to the limit
+
+
+def one_device_mesh(shape=(1, 1)):
+  n = shape[0] * shape[1]
+  return jax.make_mesh(shape, ("fsdp", "tp"), devices=jax.devices()[:n],
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def build(mesh, **random_overrides):
+  c = tiny.get_config()
+  for key, value in random_overrides.items():
+    c.model.random[key] = value
+  loaded = model_lib.build(c.model, mesh)
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  # Qwix starts B at zero; random adapters make the merge matter.
+  state = nnx.state(actor, nnx.LoRAParam)
+  leaves, treedef = jax.tree.flatten(state)
+  rng = np.random.default_rng(0)
+  nnx.update(actor, jax.tree.unflatten(
+      treedef, [jnp.asarray(0.3 * rng.normal(size=x.shape), x.dtype) for x in leaves]))
+  tokenizer = tokenizer_adapter.TokenizerAdapter(loaded.tokenizer)
+  engine = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=c.lora.alpha / c.lora.rank)
+  return actor, tokenizer, engine
+
+
+def config(**kwargs):
+  values = dict(max_tokens_to_generate=MAX_NEW, max_prompt_length=MAX_PROMPT,
+                kv_cache_size=MAX_PROMPT + MAX_NEW, temperature=0.0, top_p=None, top_k=None,
+                eos_tokens=NO_STOP)
+  values.update(kwargs)
+  return base_rollout.RolloutConfig(**values)
+
+
+def tunix_greedy(actor, tokenizer, mesh, texts, eos_tokens=NO_STOP):
+  cfg = actor.config
+  sampler = sampler_lib.Sampler(actor, tokenizer, sampler_lib.CacheConfig(
+      cache_size=MAX_PROMPT + MAX_NEW, num_layers=cfg.num_layers,
+      num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim))
+  with mesh:
+    out = sampler(texts, max_generation_steps=MAX_NEW, max_prompt_length=MAX_PROMPT,
+                  echo=False, temperature=0.0, top_p=None, top_k=None, eos_tokens=eos_tokens)
+  return [np.asarray(t).tolist() for t in out.tokens], np.asarray(out.padded_prompt_tokens)
+
+
+@pytest.fixture(scope="module")
+def tiny_setup():
+  mesh = one_device_mesh()
+  return (mesh, *build(mesh))
+
+
+def generate(engine, mesh, texts, **kwargs):
+  with mesh:
+    return engine.generate(texts, config(**kwargs))
+
+
+@pytest.mark.parametrize("texts", [GROUPED, [prompts.render_prompt(q) for q in QUESTIONS]],
+                         ids=["groups-of-2", "distinct"])
+def test_greedy_matches_tunix_sampler_with_lora(tiny_setup, texts):
+  mesh, actor, tokenizer, engine = tiny_setup
+  out = generate(engine, mesh, texts)
+  want_tokens, want_prompts = tunix_greedy(actor, tokenizer, mesh, texts)
+  assert [t.tolist() for t in out.tokens] == want_tokens
+  np.testing.assert_array_equal(out.left_padded_prompt_tokens, want_prompts)
+  assert out.text == [tokenizer.decode(t) for t in want_tokens]
+
+
+def test_greedy_matches_tunix_with_grouped_query_heads_and_a_short_window():
+  # Two key/value heads (G = 2 queries each) and a window shorter than the
+  # prompts, so the sliding-window mask cuts keys during prefill and decode.
+  mesh = one_device_mesh()
+  actor, tokenizer, engine = build(mesh, num_kv_heads=2, sliding_window=24)
+  out = generate(engine, mesh, GROUPED)
+  want_tokens, _ = tunix_greedy(actor, tokenizer, mesh, GROUPED)
+  assert [t.tolist() for t in out.tokens] == want_tokens
+
+
+def test_sharded_mesh_gives_the_same_tokens(tiny_setup):
+  mesh, _, _, engine = tiny_setup
+  want = [t.tolist() for t in generate(engine, mesh, GROUPED).tokens]
+  sharded = one_device_mesh((2, 2))
+  _, _, sharded_engine = build(sharded)
+  got = [t.tolist() for t in generate(sharded_engine, sharded, GROUPED).tokens]
+  assert got == want
+
+
+def test_a_stop_token_ends_the_completion_and_is_not_returned(tiny_setup):
+  mesh, _, _, engine = tiny_setup
+  free = generate(engine, mesh, GROUPED).tokens
+  stop = int(free[0][3])
+  cut = generate(engine, mesh, GROUPED, eos_tokens=[stop]).tokens
+  for row_free, row_cut in zip(free, cut):
+    hits = np.flatnonzero(row_free == stop)
+    expected = row_free[:hits[0]] if hits.size else row_free
+    assert row_cut.tolist() == expected.tolist()
+  assert len(cut[0]) == 3
+
+
+def test_sampling_is_reproducible_per_key_and_varies_across_keys(tiny_setup):
+  mesh, _, _, engine = tiny_setup
+  def sample(seed):
+    out = generate(engine, mesh, GROUPED, temperature=1.0, top_p=1.0, top_k=50,
+                   seed=jax.random.PRNGKey(seed))
+    return [t.tolist() for t in out.tokens]
+  first = sample(0)
+  assert sample(0) == first
+  assert sample(1) != first
+  # Rows of a group share a prompt but draw their own tokens.
+  assert first[0] != first[1]
+
+
+def test_top_k_one_is_greedy(tiny_setup):
+  mesh, _, _, engine = tiny_setup
+  greedy = [t.tolist() for t in generate(engine, mesh, GROUPED).tokens]
+  top1 = generate(engine, mesh, GROUPED, temperature=0.7, top_p=1.0, top_k=1,
+                  seed=jax.random.PRNGKey(3))
+  assert [t.tolist() for t in top1.tokens] == greedy
+
+
+@pytest.mark.parametrize("top_k, top_p, allowed", [
+    (None, 1.0, {0, 1, 2, 3}),
+    (2, 1.0, {0, 1}),
+    (None, 0.5, {0}),  # token 0 alone holds 0.6 > 0.5 of the mass
+    (None, 0.7, {0, 1}),
+    (3, 0.95, {0, 1, 2}),
+])
+def test_sample_tokens_keeps_exactly_the_top_k_and_nucleus(top_k, top_p, allowed):
+  probs = np.array([0.6, 0.25, 0.1, 0.05])
+  logits = jnp.asarray(np.tile(np.log(probs), (4096, 1)), jnp.float32)
+  sampling = rollout.Sampling(greedy=False, temperature=1.0, top_k=top_k, top_p=top_p)
+  drawn = np.asarray(rollout.sample_tokens(logits, jax.random.PRNGKey(0), sampling))
+  assert set(drawn.tolist()) == allowed
+  if top_k is None and top_p == 1.0:  # plain softmax sampling: frequencies follow probs
+    np.testing.assert_allclose(np.bincount(drawn, minlength=4) / len(drawn), probs, atol=0.03)
+
+
+@pytest.mark.parametrize("texts, starts, size", [
+    (["a", "a", "b", "b"], [0, 2], 2),
+    (["a", "b", "c"], [0, 1, 2], 1),
+    (["a", "a", "a", "b"], [0, 1, 2, 3], 1),  # unequal runs: no sharing
+    (["a", "a", "b", "b", "a", "a"], [0, 2, 4], 2),
+])
+def test_group_rows(texts, starts, size):
+  assert rollout.group_rows(texts) == (starts, size)
+
+
+def test_engine_refuses_a_model_it_cannot_prefill(tiny_setup):
+  _, actor, tokenizer, _ = tiny_setup
+  plain = nnx.eval_shape(lambda: gemma3.Gemma3(actor.config, rngs=nnx.Rngs(0)))
+  with pytest.raises(TypeError, match="modeling.Gemma3"):
+    rollout.GroupedRollout(plain, tokenizer, None, lora_scale=1.0)
