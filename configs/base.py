@@ -100,6 +100,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.kv_cache_size = 1024  # tokens; must hold prompt + completion
   c.rollout.seed = 0  # sampling key for step s is fold_in(seed, s)
   c.rollout.ignore_eos = False  # benchmarks: always generate max_new_tokens
+  # "grouped": ours (gemma_grpo/rollout.py): one prefill per prompt group,
+  # decoding on merged weights; "tunix": Tunix's vanilla sampler.
+  c.rollout.engine = "grouped"
 
   c.optim = ml_collections.ConfigDict()
   c.optim.peak_lr = 3e-6

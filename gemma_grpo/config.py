@@ -8,6 +8,7 @@ the fix.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import math
 import os
@@ -22,6 +23,7 @@ from gemma_grpo import errors
 ALGORITHMS = ("grpo", "dapo", "dr_grpo", "gspo")
 GEMMA_VOCAB_SIZE = 262144  # tokens of the Gemma-3 tokenizer
 DTYPES = ("float32", "bfloat16")
+ROLLOUT_ENGINES = ("grouped", "tunix")
 # Module names the LoRA targets regex is matched against (Gemma-3 in Tunix).
 LORA_MODULES = (
     "q_einsum", "kv_einsum", "qkv_einsum", "attn_vec_einsum", "gate_proj",
@@ -271,6 +273,7 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
 
   _check(p, r.temperature > 0, f"rollout.temperature={r.temperature}: must be > 0; greedy rollouts make every completion of a group identical (zero advantage)")
   _check(p, 0 < r.top_p <= 1, f"rollout.top_p={r.top_p}: must be in (0, 1]")
+  _check(p, r.engine in ROLLOUT_ENGINES, f"rollout.engine={r.engine!r}: must be one of {', '.join(ROLLOUT_ENGINES)}")
   _check(p, r.top_k >= 0, f"rollout.top_k={r.top_k}: must be >= 0 (0 = no top-k)")
   _check(p, r.max_prompt_length >= 8, f"rollout.max_prompt_length={r.max_prompt_length}: too small for the instruction; use >= 128")
   _check(p, r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens}: must be >= 1")
@@ -417,6 +420,15 @@ def rollout_configs(c: ml_collections.ConfigDict, stop_token_ids: list[int]):
   return {rl_cluster_lib.Mode.TRAIN: train, rl_cluster_lib.Mode.EVAL: evaluation}
 
 
+def rollout_engine(c: ml_collections.ConfigDict):
+  """What RLCluster builds its rollout with: Tunix's name or our engine class."""
+  if c.rollout.engine == "tunix":
+    return "vanilla"
+  from gemma_grpo import rollout  # pylint: disable=g-import-not-at-top
+
+  return functools.partial(rollout.GroupedRollout, lora_scale=c.lora.alpha / c.lora.rank)
+
+
 def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
                    stop_token_ids: list[int]):
   """Tunix's ClusterConfig: actor, reference and vanilla rollout on one mesh."""
@@ -449,7 +461,7 @@ def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
   roles = rl_cluster_lib.Role
   return rl_cluster_lib.ClusterConfig(
       role_to_mesh={roles.ACTOR: mesh, roles.REFERENCE: mesh, roles.ROLLOUT: mesh},
-      rollout_engine="vanilla",
+      rollout_engine=rollout_engine(c),
       offload_to_cpu=False,
       training_config=training,
       rollout_config=rollout_configs(c, stop_token_ids),
