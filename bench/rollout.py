@@ -1,4 +1,4 @@
-"""Rollout throughput: Tunix's Sampler on our LoRA policy vs Hugging Face `generate`.
+"""Rollout throughput: our rollout engine on the LoRA policy vs Hugging Face `generate`.
 
   flock /tmp/gemma_grpo_heavy.lock python bench/rollout.py [--repeats 5] [--json OUT]
 About 4 min on a quiet 2-core CPU (two model loads, a JIT compile, a warm-up
@@ -13,8 +13,10 @@ top_k 50, float32 on CPU, prompts left-padded to the longest of the batch.
 
   ours  gemma_grpo.model.build + gemma_grpo.lora.apply (the policy the trainer
         samples from: LoRA r=32 on every projection, B = 0 at start) driven
-        by tunix.generate.sampler.Sampler with the KV cache sized to prompt +
-        completion, as the trainer does
+        by the trainer's rollout engine, gemma_grpo.rollout.GroupedRollout
+        (--engine tunix: Tunix's tunix.generate.sampler.Sampler with the KV
+        cache sized to prompt + completion). Ours never stops early (no stop
+        token is a stop for it); Tunix's forbids the stop tokens
   hf    transformers AutoModelForCausalLM.generate on the same converted
         checkpoint, plain by default; --hf-lora wraps it in the same PEFT LoRA
         that TRL samples from
@@ -50,6 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--generations", type=int, default=common.GENERATIONS)
   p.add_argument("--new-tokens", type=int, default=common.NEW_TOKENS)
   p.add_argument("--only", choices=("ours", "hf"), help="run one side only")
+  p.add_argument("--engine", choices=("grouped", "tunix"), default="grouped",
+                 help="our side: the trainer's engine (grouped) or Tunix's Sampler")
   p.add_argument("--hf-lora", action="store_true",
                  help="sample HF through a PEFT LoRA adapter (as TRL does)")
   p.add_argument("--smoke", action="store_true", help="random 2-layer Gemma-3: checks the plumbing")
@@ -69,7 +73,7 @@ def batch_texts(n_prompts: int, generations: int) -> list[str]:
 
 
 def time_ours(args, texts: list[str]) -> dict:
-  """Seconds and token counts of each rollout with Tunix's Sampler."""
+  """Seconds and token counts of each rollout with our engine or Tunix's Sampler."""
   import jax  # pylint: disable=g-import-not-at-top
   from tunix.generate import sampler as sampler_lib  # pylint: disable=g-import-not-at-top
 
@@ -88,6 +92,8 @@ def time_ours(args, texts: list[str]) -> dict:
   loaded = model_lib.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
   prompt_width = max(len(loaded.tokenizer.encode(t)) for t in texts)
+  if args.engine == "grouped":
+    return _time_grouped(args, texts, actor, loaded.tokenizer, mesh, prompt_width)
   config = actor.config
   sampler = sampler_lib.Sampler(actor, loaded.tokenizer, sampler_lib.CacheConfig(
       cache_size=prompt_width + args.new_tokens, num_layers=config.num_layers,
@@ -102,6 +108,29 @@ def time_ours(args, texts: list[str]) -> dict:
           max_prompt_length=prompt_width, temperature=common.TEMPERATURE, top_p=1.0,
           top_k=common.TOP_K, seed=jax.random.fold_in(key, i),
           eos_tokens=list(STOP_TOKEN_IDS), forbidden_tokens=STOP_TOKEN_IDS)
+      seconds = time.perf_counter() - start  # tokens are on the host: synchronous
+      runs.append({"seconds": seconds, "tokens": [len(t) for t in out.tokens]})
+  return {"prompt_width": prompt_width, "runs": runs}
+
+
+def _time_grouped(args, texts, actor, tokenizer, mesh, prompt_width: int) -> dict:
+  import jax  # pylint: disable=g-import-not-at-top
+  from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
+
+  from gemma_grpo import rollout  # pylint: disable=g-import-not-at-top
+
+  engine = rollout.GroupedRollout(actor, tokenizer, mesh,
+                                  lora_scale=common.LORA_ALPHA / common.LORA_RANK)
+  key = jax.random.PRNGKey(0)
+  runs = []
+  with mesh:
+    for i in range(args.repeats + 1):
+      config = base_rollout.RolloutConfig(
+          max_tokens_to_generate=args.new_tokens, max_prompt_length=prompt_width,
+          kv_cache_size=prompt_width + args.new_tokens, temperature=common.TEMPERATURE,
+          top_p=1.0, top_k=common.TOP_K, eos_tokens=[-1], seed=jax.random.fold_in(key, i))
+      start = time.perf_counter()
+      out = engine.generate(texts, config)
       seconds = time.perf_counter() - start  # tokens are on the host: synchronous
       runs.append({"seconds": seconds, "tokens": [len(t) for t in out.tokens]})
   return {"prompt_width": prompt_width, "runs": runs}
@@ -178,13 +207,14 @@ def main(argv=None) -> int:
              "--generations", args.generations, "--new-tokens", args.new_tokens]
       if args.hf_lora:
         cmd.append("--hf-lora")
+      cmd += ["--engine", args.engine]
       run = common.run_child(cmd, log=work / f"{side}.log")
       if run.returncode or not out.exists():
         print(f"error: the {side} child exited with {run.returncode}", file=sys.stderr)
         continue
       raws[side] = json.loads(out.read_text())
       results.append(summarize(side, raws[side], run.peak_rss_gib))
-  label = {"ours": "gemma-grpo (Tunix Sampler, LoRA)",
+  label = {"ours": "gemma-grpo (" + {"grouped": "GroupedRollout", "tunix": "Tunix Sampler"}[args.engine] + ", LoRA)",
            "hf": "HF generate" + (" + PEFT LoRA" if args.hf_lora else "")}
   sequences = args.prompts * args.generations
   print(f"\n{sequences} sequences x {args.new_tokens} new tokens, median of {args.repeats}")
