@@ -431,7 +431,7 @@ def rollout_engine(c: ml_collections.ConfigDict):
 
 def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
                    stop_token_ids: list[int]):
-  """Tunix's ClusterConfig: actor, reference and vanilla rollout on one mesh."""
+  """Tunix's ClusterConfig: actor, reference and rollout on one mesh."""
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
   from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
   from tunix.sft import metrics_logger  # pylint: disable=g-import-not-at-top
@@ -442,6 +442,11 @@ def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
       max_steps=t.max_steps,
       mini_batch_size=t.batch_size,
       train_micro_batch_size=t.micro_batch_size or t.batch_size,
+      # Rollouts and log-probs take the whole batch even when the update is
+      # split: decoding reads every weight per token whatever the batch size,
+      # so two half batches would cost almost twice one full one.
+      rollout_micro_batch_size=t.batch_size,
+      compute_logps_micro_batch_size=t.batch_size,
       # In-training evaluation is ours (greedy, with accuracy); Tunix's only
       # recomputes the loss, so it never runs.
       eval_every_n_steps=10**9,

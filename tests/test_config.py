@@ -89,6 +89,7 @@ def _invalid(c, device_count=1):
     ("rollout.kv_cache_size", 100, "rollout.kv_cache_size=100"),
     ("rollout.temperature", 0.0, "rollout.temperature=0.0"),
     ("rollout.top_p", 0.0, "rollout.top_p=0.0"),
+    ("rollout.engine", "vllm", "rollout.engine='vllm'"),
     ("optim.warmup_fraction", 1.0, "optim.warmup_fraction=1.0"),
     ("optim.peak_lr", 0.0, "optim.peak_lr=0.0"),
     ("train.micro_batch_size", 3, "train.micro_batch_size=3"),
@@ -107,6 +108,17 @@ def test_validation_names_field_value_and_fix(tiny, field, value, needle):
     tiny[section][key] = value
   lines = _invalid(tiny)
   assert any(needle in line for line in lines), lines
+
+
+@pytest.mark.parametrize("engine, want", [("tunix", "vanilla"), ("grouped", "GroupedRollout")])
+def test_rollout_engine_picks_tunix_or_ours(tiny, engine, want):
+  tiny.rollout.engine = engine
+  picked = config_lib.rollout_engine(tiny)
+  if want == "vanilla":
+    assert picked == "vanilla"
+  else:
+    assert picked.func.__name__ == want
+    assert picked.keywords == {"lora_scale": tiny.lora.alpha / tiny.lora.rank}
 
 
 def test_validation_reports_every_problem_at_once(tiny):
