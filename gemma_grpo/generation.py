@@ -1,7 +1,8 @@
 """Batched greedy or sampled generation with Tunix's Sampler on a loaded model.
 
-The same sampler runs rollouts during training; here it serves `gemma-grpo
-eval`. Every batch has the same shape (prompts left-padded to
+It serves `gemma-grpo eval` and the in-training evaluation (training
+rollouts use gemma_grpo.rollout unless rollout.engine=tunix; evaluation stays on
+Tunix's sampler so that earlier eval results reproduce token for token). Every batch has the same shape (prompts left-padded to
 `max_prompt_length`, the last batch filled up with copies of its last prompt),
 so XLA compiles once and the same command gives the same tokens every time.
 

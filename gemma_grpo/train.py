@@ -1,7 +1,8 @@
 """GRPO training: `python -m gemma_grpo.train --config configs/gemma3_270m.py`.
 
 Builds the model, LoRA policy, data and a Tunix RLCluster (actor, reference,
-vanilla rollout) and runs the chosen GRPO-family learner. Rerunning the same
+and an in-process rollout: gemma_grpo.rollout, or Tunix's vanilla sampler with
+rollout.engine=tunix) and runs the chosen GRPO-family learner. Rerunning the same
 command resumes from the latest checkpoint in the work directory, data
 position and sampling keys included, so an interrupted run continues exactly
 as the uninterrupted one would have.
