@@ -41,6 +41,7 @@ from tunix.models.gemma3 import model as gemma3
 from tunix.rl.rollout import base_rollout
 
 from gemma_grpo import logprobs
+from gemma_grpo import lora
 from gemma_grpo import modeling
 
 
@@ -84,8 +85,6 @@ def _lora_delta(module, name: str, scale: float) -> jax.Array | None:
   einsum_str = getattr(module, "einsum_str", None)
   if einsum_str is None:  # nnx.Linear kernel [in, out]
     return scale * (a @ b)
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
-
   a_str, b_str, w_str = lora.einsum_lora_strs(einsum_str)
   return scale * jnp.einsum(f"{a_str},{b_str}->{w_str}", a, b)
 
@@ -210,7 +209,7 @@ def sample_tokens(logits_BxV, key, sampling: Sampling):
 
 @functools.partial(jax.jit, static_argnames=("lora_scale", "rows_per_prompt",
                                              "new_tokens", "pad_id", "sampling"))
-def _prefill(graphdef, state, prompt_ids_UxP, key, *, lora_scale, rows_per_prompt,
+def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_prompt,
              new_tokens, pad_id, sampling):
   """Distinct prompts through the policy once; first tokens; decode inputs."""
   model = nnx.merge(graphdef, state)
@@ -235,39 +234,46 @@ def _prefill(graphdef, state, prompt_ids_UxP, key, *, lora_scale, rows_per_promp
                               for i in range(cfg.num_layers)])
   values_LxBxKxSxH = jnp.stack([repeat(cache[f"layer_{i}"]["v"]).transpose(0, 2, 1, 3)
                                 for i in range(cfg.num_layers)])
-  first_B = sample_tokens(repeat(logits_Ux1xV[:, 0]), jax.random.fold_in(key, 0), sampling)
+  first_B = sample_tokens(repeat(logits_Ux1xV[:, 0]), jax.random.fold_in(rng, 0), sampling)
   valid_BxP = repeat(prompt_ids_UxP != pad_id)
   return (decode_weights(model, lora_scale), first_B, keys_LxBxKxSxH, values_LxBxKxSxH,
           repeat(positions_UxP[:, -1]) + 1, valid_BxP)
 
 
 @functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling"))
-def _decode(weights, embed_VxD, final_norm_D, first_B, keys, values, next_position_B,
-            valid_BxP, stop_ids, key, *, shapes, new_tokens, sampling):
-  """Tokens 2..new_tokens of every row; stops early once every row has stopped."""
+def _decode(weights, embed_VxD, final_norm_D, first_B, keys_LxBxKxSxH, values_LxBxKxSxH,
+            next_position_B, valid_BxP, stop_ids, rng, *, shapes, new_tokens, sampling):
+  """Tokens 2..new_tokens of every row; stops early once every row has stopped.
+
+  Token t (0-based) of a row sits at cache slot P + t and RoPE position
+  next_position_B + t; it is drawn with fold_in(rng, t).
+  """
   batch, width = valid_BxP.shape
   valid_BxS = jnp.pad(valid_BxP, ((0, 0), (0, new_tokens)), constant_values=True)
   tokens_BxT = jnp.zeros((batch, new_tokens), jnp.int32).at[:, 0].set(first_B)
   done_B = jnp.isin(first_B, stop_ids)
 
   def step(carry):
-    t, tokens_BxT, done_B, keys, values = carry
+    t, tokens_BxT, done_B, keys_LxBxKxSxH, values_LxBxKxSxH = carry
     x_BxD = embed_VxD[tokens_BxT[:, t - 1]] * jnp.sqrt(embed_VxD.shape[-1]).astype(embed_VxD.dtype)
     position_B = next_position_B + t - 1
     for layer, (w, shape) in enumerate(zip(weights, shapes)):
-      x_BxD, keys, values = _decode_layer(w, shape, layer, x_BxD, position_B, width + t - 1,
-                                          keys, values, valid_BxS)
+      x_BxD, keys_LxBxKxSxH, values_LxBxKxSxH = _decode_layer(
+          w, shape, layer, x_BxD, position_B, width + t - 1, keys_LxBxKxSxH, values_LxBxKxSxH,
+          valid_BxS)
     logits_BxV = _rms_norm(x_BxD, final_norm_D) @ embed_VxD.T
-    token_B = sample_tokens(logits_BxV, jax.random.fold_in(key, t), sampling)
+    token_B = sample_tokens(logits_BxV, jax.random.fold_in(rng, t), sampling)
     token_B = jnp.where(done_B, stop_ids[0], token_B)
     done_B = done_B | jnp.isin(token_B, stop_ids)
-    return t + 1, tokens_BxT.at[:, t].set(token_B), done_B, keys, values
+    return (t + 1, tokens_BxT.at[:, t].set(token_B), done_B, keys_LxBxKxSxH,
+            values_LxBxKxSxH)
 
   def more(carry):
     t, _, done_B, _, _ = carry
     return (t < new_tokens) & ~jnp.all(done_B)
 
-  _, tokens_BxT, _, _, _ = jax.lax.while_loop(more, step, (1, tokens_BxT, done_B, keys, values))
+  _, tokens_BxT, _, _, _ = jax.lax.while_loop(
+      more, step, (1, tokens_BxT, done_B, keys_LxBxKxSxH, values_LxBxKxSxH))
   return tokens_BxT
 
 
@@ -321,20 +327,20 @@ class GroupedRollout(base_rollout.BaseRollout):
     sampling = Sampling(greedy=greedy, temperature=float(rollout_config.temperature or 1.0),
                         top_k=None if greedy else (rollout_config.top_k or None),
                         top_p=1.0 if greedy else float(rollout_config.top_p))
-    key = rollout_config.seed
-    if key is None:
-      key = jax.random.PRNGKey(0)
-    elif isinstance(key, int):
-      key = jax.random.PRNGKey(key)
+    rng = rollout_config.seed  # as Tunix's sampler: a key, an int seed, or None (0)
+    if rng is None:
+      rng = jax.random.PRNGKey(0)
+    elif isinstance(rng, int):
+      rng = jax.random.PRNGKey(rng)
     stop_ids = jnp.asarray(list(rollout_config.eos_tokens or [self.eos_id()]), jnp.int32)
 
     graphdef, state = nnx.split(self._model)
     weights, first_B, keys, values, next_position_B, valid_BxP = _prefill(
-        graphdef, state, jnp.asarray(padded_BxP[starts]), key, lora_scale=self._lora_scale,
+        graphdef, state, jnp.asarray(padded_BxP[starts]), rng, lora_scale=self._lora_scale,
         rows_per_prompt=rows_per_prompt, new_tokens=new_tokens, pad_id=pad, sampling=sampling)
     tokens_BxT = _decode(
         weights, self._model.embedder.input_embedding.value, self._model.final_norm.scale.value,
-        first_B, keys, values, next_position_B, valid_BxP, stop_ids, key,
+        first_B, keys, values, next_position_B, valid_BxP, stop_ids, rng,
         shapes=self._shapes, new_tokens=new_tokens, sampling=sampling)
     del weights
     tokens_BxT = np.asarray(jax.device_get(tokens_BxT))
