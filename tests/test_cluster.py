@@ -38,6 +38,9 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
       cluster_config=config_lib.cluster_config(
           c, mesh, tmp_path, writer, tokenizer_lib.stop_token_ids(loaded.tokenizer)))
   policy = cluster.actor_trainer.model
+  # The rollout engine samples from the trained module itself, so no weight
+  # sync is needed and none can be forgotten.
+  assert cluster.rollout.model() is policy
   assert all(a is b for a, b in zip(frozen_leaves(policy), frozen_leaves(loaded.model)))
   adapters_before = lora_leaves(policy)
 
@@ -52,3 +55,5 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
   assert all(a is b for a, b in zip(frozen_leaves(policy), frozen_leaves(loaded.model)))
   changed = [not np.array_equal(a, b) for a, b in zip(adapters_before, lora_leaves(policy))]
   assert any(changed), "the update left every adapter unchanged"
+  rollout_adapters = lora_leaves(cluster.rollout.model())
+  assert all(np.array_equal(a, b) for a, b in zip(rollout_adapters, lora_leaves(policy)))
