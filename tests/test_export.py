@@ -31,9 +31,15 @@ QUESTION = (
     " How many pencils does she keep?"
 )
 FP32_BOUND = 1e-4  # max |logit diff| <= FP32_BOUND * max |logit|
-# bf16 weights (rounded after merging) read back in float32: the tiny random
-# model measures 3.5% (its logits are small, |logit| <= 0.41), the 270M 0.67%.
-BF16_BOUND = 0.1
+# bf16 weights (rounded after merging) read back in float32, against the JAX
+# policy running on the same rounded weights: what is left is the two
+# implementations' float32 arithmetic. (Against the unrounded policy the
+# difference depends on how sensitive the trained tiny model happens to be:
+# 3% to 22% of its largest logit for two equally good 2-step runs.)
+BF16_BOUND = FP32_BOUND
+# The real 270M's bf16 export against its float32 policy measures 0.67% of
+# the largest logit, well under its LoRA's effect (over 5%, checked below).
+BF16_VS_FLOAT32_BOUND_270M = 0.02
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -235,9 +241,27 @@ def test_hf_bf16_export_is_within_the_bf16_bound(exported):
   with safetensors.safe_open(str(out / "model.safetensors"), "np") as f:
     assert f.get_slice("model.embed_tokens.weight").get_dtype() == "BF16"
   assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
-  ref = exported.logits
+  ref = bf16_rounded_policy_logits(exported.policy, exported.ids)
   diff = np.abs(hf_logits(out, exported.ids) - ref).max()
   assert diff <= BF16_BOUND * np.abs(ref).max(), diff
+  # Rounding did happen: the rounded policy differs from the float32 one.
+  assert np.abs(ref - exported.logits).max() > 10 * BF16_BOUND * np.abs(ref).max()
+
+
+def bf16_rounded_policy_logits(policy, ids: list[int]) -> np.ndarray:
+  """Logits of the plain model holding the merged weights rounded to bf16."""
+  from flax import nnx  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  c = policy.config.lora
+  merged = lora.merged_params(policy.actor, c.alpha / c.rank)
+  plain = nnx.clone(policy.loaded.model)  # new variables, so the policy is untouched
+  nnx.update(plain, nnx.State.from_flat_path({
+      tuple(int(k) if k.isdigit() else k for k in name.split(".")):
+          jnp.asarray(value).astype(jnp.bfloat16).astype(jnp.float32)
+      for name, value in merged.items()
+  }))
+  return JaxReference(plain, len(ids) + 32).logits(ids)
 
 
 def test_greedy_generation_matches_the_jax_policy(exported):
@@ -535,7 +559,7 @@ def test_offline_270m_with_random_lora_exports_faithfully(tmp_path):
   ref = JaxReference(actor, len(ids)).logits(ids)
   unmerged = JaxReference(loaded.model, len(ids)).logits(ids)
   assert np.abs(unmerged - ref).max() > 0.05 * np.abs(ref).max()  # the LoRA matters
-  for dtype, bound in (("float32", FP32_BOUND), ("bfloat16", BF16_BOUND)):
+  for dtype, bound in (("float32", FP32_BOUND), ("bfloat16", BF16_VS_FLOAT32_BOUND_270M)):
     out = export.export_policy(policy, tmp_path / "run", tmp_path / dtype, dtype=dtype)
     diff = np.abs(hf_logits(out, ids) - ref).max()
     print(f"270M {dtype}: max|diff| {diff:.3g} = {diff / np.abs(ref).max():.3g} x max|logit|")
