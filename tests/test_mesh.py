@@ -37,8 +37,14 @@ def test_sharded_run_matches_one_device(single_device, tmp_path, fsdp, tp):
     for key in COMPARED:
       # Sharded matmuls sum in another order: float32 rounding (measured
       # about 3e-7 relative), nothing more. Sampled tokens are identical, so
-      # rewards and lengths are exact.
-      tolerance = 0 if key.startswith(("rewards/", "completions/")) else 1e-5
+      # rewards and lengths are exact. Step 2 starts from Adam's first update,
+      # about lr * sign(gradient) per coordinate: a coordinate whose gradient
+      # is at rounding level can flip sign, so step 2 agrees less closely
+      # (measured up to 1.3e-5 relative).
+      if key.startswith(("rewards/", "completions/")):
+        tolerance = 0
+      else:
+        tolerance = 1e-5 if step == 1 else 1e-4
       assert sharded[step][key] == pytest.approx(row[key], rel=tolerance, abs=1e-8), (step, key)
 
 
