@@ -37,6 +37,7 @@ from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from tunix.generate import tokenizer_adapter
 from tunix.models.gemma3 import model as gemma3
 from tunix.rl.rollout import base_rollout
 
@@ -281,7 +282,9 @@ def group_rows(prompts: Sequence[str]) -> tuple[list[int], int]:
   """(index of each run's first row, run length) if `prompts` is equal-length runs."""
   starts = [i for i in range(len(prompts)) if i == 0 or prompts[i] != prompts[i - 1]]
   size = len(prompts) // len(starts)
-  if all(prompts[s:s + size] == [prompts[s]] * size for s in starts) and size * len(starts) == len(prompts):
+  equal_runs = size * len(starts) == len(prompts) and all(
+      prompts[s:s + size] == [prompts[s]] * size for s in starts)
+  if equal_runs:
     return starts, size
   return list(range(len(prompts))), 1
 
@@ -294,10 +297,9 @@ class GroupedRollout(base_rollout.BaseRollout):
     del rollout_config  # each generate() call brings its own
     if not isinstance(rollout_actor, modeling.Gemma3):
       # Converting would make a second module that the trainer never updates.
-      raise TypeError(f"GroupedRollout needs a gemma_grpo.modeling.Gemma3, got {type(rollout_actor)}")
+      raise TypeError(
+          f"GroupedRollout needs a gemma_grpo.modeling.Gemma3, got {type(rollout_actor)}")
     self._model = rollout_actor
-    from tunix.generate import tokenizer_adapter  # pylint: disable=g-import-not-at-top
-
     if not isinstance(tokenizer, tokenizer_adapter.TokenizerAdapter):
       tokenizer = tokenizer_adapter.TokenizerAdapter(tokenizer)
     self._tokenizer = tokenizer
