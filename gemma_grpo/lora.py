@@ -98,15 +98,23 @@ def einsum_lora_strs(einsum_str: str) -> tuple[str, str, str]:
   return shared + r, r + rest, rhs
 
 
-def lora_delta(module, weight_name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  """A·B of one adapter, in the axes of `module.<weight_name>` (unscaled)."""
+def lora_delta(module, weight_name: str, a, b):
+  """A·B of one adapter, in the axes of `module.<weight_name>` (unscaled).
+
+  NumPy arrays in, NumPy out (export); JAX arrays or tracers in, JAX out
+  (the rollout engine merges inside jit).
+  """
   einsum_str = getattr(module, "einsum_str", None)
   if einsum_str is not None:  # Tunix Einsum: Qwix's einsum interception.
     a_str, b_str, w_str = einsum_lora_strs(einsum_str)
     recorded = getattr(module, f"{weight_name}_lora_einsum_str", None)
     if recorded is not None and recorded.split("->")[0].split(",")[1:] != [a_str, b_str]:
       raise AssertionError(f"Qwix used {recorded!r}; expected A={a_str}, B={b_str}")
-    return np.einsum(f"{a_str},{b_str}->{w_str}", a, b, optimize=True)
+    if isinstance(a, np.ndarray):
+      return np.einsum(f"{a_str},{b_str}->{w_str}", a, b, optimize=True)
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+    return jnp.einsum(f"{a_str},{b_str}->{w_str}", a, b)
   if a.ndim == 2 and b.ndim == 2:  # nnx.Linear kernel [in, out]: dot_general.
     return a @ b
   raise NotImplementedError(

@@ -77,23 +77,15 @@ class LayerShape:
   window: int | None  # sliding-window width in cache slots; None = global
 
 
-def _lora_delta(module, name: str, scale: float) -> jax.Array | None:
-  """scale·A·B of `module.<name>`'s adapter in the weight's axes, or None."""
+def _merged(module, name: str, scale: float) -> jax.Array:
+  """`module.<name>` plus scale·A·B of its adapter, if it has one."""
+  weight = getattr(module, name).value
   a = getattr(module, f"{name}_lora_a", None)
   if a is None:
-    return None
-  a, b = a.value, getattr(module, f"{name}_lora_b").value
-  einsum_str = getattr(module, "einsum_str", None)
-  if einsum_str is None:  # nnx.Linear kernel [in, out]
-    return scale * (a @ b)
-  a_str, b_str, w_str = lora.einsum_lora_strs(einsum_str)
-  return scale * jnp.einsum(f"{a_str},{b_str}->{w_str}", a, b)
-
-
-def _merged(module, name: str, scale: float) -> jax.Array:
-  weight = getattr(module, name).value
-  delta = _lora_delta(module, name, scale)
-  return weight if delta is None else weight + delta.astype(weight.dtype)
+    return weight
+  b = getattr(module, f"{name}_lora_b")
+  delta = lora.lora_delta(module, name, a.value, b.value)
+  return weight + (scale * delta).astype(weight.dtype)
 
 
 def layer_shape(layer) -> LayerShape:
@@ -215,17 +207,8 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
   """Distinct prompts through the policy once; first tokens; decode inputs."""
   model = nnx.merge(graphdef, state)
   num_prompts, width = prompt_ids_UxP.shape
-  slots = width + new_tokens
   cfg = model.config
-  dtype = model.embedder.input_embedding.value.dtype
-  cache = {
-      f"layer_{i}": {
-          "k": jnp.zeros((num_prompts, slots, cfg.num_kv_heads, cfg.head_dim), dtype),
-          "v": jnp.zeros((num_prompts, slots, cfg.num_kv_heads, cfg.head_dim), dtype),
-          "end_index": jnp.zeros((num_prompts,), int),
-      }
-      for i in range(cfg.num_layers)
-  }
+  cache = model.empty_cache(num_prompts, width + new_tokens)
   positions_UxP, mask_UxPxP = logprobs.positions_and_mask(prompt_ids_UxP, pad_id)
   mask_UxPxS = jnp.pad(mask_UxPxP, ((0, 0), (0, 0), (0, new_tokens)))
   logits_Ux1xV, cache = model(prompt_ids_UxP, positions_UxP, cache, mask_UxPxS,
