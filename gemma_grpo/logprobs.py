@@ -152,17 +152,7 @@ def _shared_prompt_hidden(model, prompt_ids_BxP, completion_ids_BxC, pad_id: int
   positions_UxP = jnp.maximum(jnp.cumsum(valid_UxP, axis=-1) - 1, 0)
   causal_PxL = jnp.arange(length)[None, :] <= jnp.arange(prompt_len)[:, None]
   mask_UxPxL = causal_PxL[None] & jnp.pad(valid_UxP, ((0, 0), (0, completion_len)))[:, None, :]
-  cfg = model.config
-  dtype = model.embedder.input_embedding.value.dtype
-  cache = {
-      f"layer_{i}": {
-          "k": jnp.zeros((len(prompt_ids_UxP), length, cfg.num_kv_heads, cfg.head_dim), dtype),
-          "v": jnp.zeros((len(prompt_ids_UxP), length, cfg.num_kv_heads, cfg.head_dim), dtype),
-          # The default int (not int32): Tunix indexes the cache with it.
-          "end_index": jnp.zeros((len(prompt_ids_UxP),), int),
-      }
-      for i in range(cfg.num_layers)
-  }
+  cache = model.empty_cache(len(prompt_ids_UxP), length)
   hidden_UxPxD, cache = model(prompt_ids_UxP, positions_UxP, cache, mask_UxPxL, return_hidden=True)
   cache = jax.tree.map(lambda x: jnp.repeat(x, group, axis=0), cache)
 

@@ -1,4 +1,4 @@
-"""Tunix's Gemma-3 with the two entry points RL needs that it lacks.
+"""Tunix's Gemma-3 with the entry points RL needs that it lacks.
 
 * `decode_only_last_token`: Tunix's sampler asks for it (when the model's
   signature has it) so the prefill computes logits for the last prompt
@@ -9,6 +9,8 @@
   vocabulary chunks. It goes through `__call__` because that is the one
   method Qwix intercepts to apply LoRA: a separate forward method would
   silently run the base model without the adapters.
+* `empty_cache`: a zeroed KV cache for prefilling prompts once (the shared-
+  prompt log-prob pass and the rollout engine both start from one).
 
 Same parameters, same paths, same checkpoints as Tunix's class: a loaded
 model is converted by swapping its graph definition, without copying.
@@ -18,11 +20,27 @@ from __future__ import annotations
 
 from flax import nnx
 import jax
+import jax.numpy as jnp
 from tunix.models.gemma3 import model as gemma3
 
 
 class Gemma3(gemma3.Gemma3):
   """Tunix's Gemma3, plus last-token-only decoding and hidden states."""
+
+  def empty_cache(self, batch: int, slots: int) -> dict:
+    """A zeroed KV cache in Tunix's layout ([B, S, K, H] per layer), writing from slot 0."""
+    cfg = self.config
+    dtype = self.embedder.input_embedding.value.dtype
+    shape = (batch, slots, cfg.num_kv_heads, cfg.head_dim)
+    return {
+        f"layer_{i}": {
+            "k": jnp.zeros(shape, dtype),
+            "v": jnp.zeros(shape, dtype),
+            # The default int (not int32): Tunix indexes the cache with it.
+            "end_index": jnp.zeros((batch,), int),
+        }
+        for i in range(cfg.num_layers)
+    }
 
   def hidden_states(
       self,
