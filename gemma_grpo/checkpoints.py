@@ -83,6 +83,9 @@ def read(workdir: str | pathlib.Path, step: int) -> Saved:
   import numpy as np  # pylint: disable=g-import-not-at-top
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
 
+  # Installed before reading: a failed read's stale callbacks can fire while
+  # the exception is still on its way out of Orbax.
+  _silence_stale_read_callbacks()
   manager = _manager(workdir)
   try:
     item_metadata = manager.item_metadata(step)
@@ -136,7 +139,6 @@ def problem(workdir: str | pathlib.Path, step: int) -> str | None:
     saved = read(workdir, step)
   except Exception as e:  # pylint: disable=broad-exception-caught
     # Orbax/TensorStore raise ValueError, KeyError, OSError, JSONDecodeError...
-    _silence_stale_read_callbacks()
     first_line = (str(e).strip().splitlines() or [""])[0][:200]
     return f"{type(e).__name__}: {first_line}"
   if not saved.params:
