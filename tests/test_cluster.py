@@ -43,6 +43,8 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
   assert cluster.rollout.model() is policy
   assert all(a is b for a, b in zip(frozen_leaves(policy), frozen_leaves(loaded.model)))
   adapters_before = lora_leaves(policy)
+  frozen_before = frozen_leaves(policy)
+  frozen_values_before = [np.asarray(x) for x in frozen_before]
 
   learner = learner_lib.Learner(
       rl_cluster=cluster, algo_config=learner_lib.algo_config(c.grpo),
@@ -53,6 +55,11 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
 
   assert cluster.actor_trainer.train_steps == 1
   assert all(a is b for a, b in zip(frozen_leaves(policy), frozen_leaves(loaded.model)))
+  # The step donated the frozen weight matrices (no second copy was written
+  # next to them) and handed them back unchanged. (Norm scales replicated
+  # over the 8-device mesh come back re-laid out, so those few bytes copy.)
+  assert all(x.is_deleted() for x in frozen_before if x.ndim >= 2)
+  assert all(np.array_equal(a, b) for a, b in zip(frozen_values_before, frozen_leaves(policy)))
   changed = [not np.array_equal(a, b) for a, b in zip(adapters_before, lora_leaves(policy))]
   assert any(changed), "the update left every adapter unchanged"
   rollout_adapters = lora_leaves(cluster.rollout.model())
