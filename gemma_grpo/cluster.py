@@ -28,6 +28,7 @@ from jax.interpreters import pxla
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl import trainer as rl_trainer
 
+from gemma_grpo import host_memory
 from gemma_grpo import lora
 
 
@@ -63,6 +64,9 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
     self.actor_trainer.__class__ = ModelDonatingTrainer
 
   def update_actor(self, *args, **kwargs):
+    # The update is the step's memory peak; start it without the free heap
+    # the rollout and reference passes left behind.
+    host_memory.release_free_memory()
     try:
       return super().update_actor(*args, **kwargs)
     finally:
