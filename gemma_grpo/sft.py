@@ -139,6 +139,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import trainers  # pylint: disable=g-import-not-at-top
 
   config_lib.validate(c, jax.device_count())
   mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
@@ -178,7 +179,9 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   )
   pad_id = loaded.tokenizer.pad_id()
   with jax.set_mesh(mesh):
-    trainer = peft_trainer.PeftTrainer(actor, config_lib.optimizer(optim, c.sft.max_steps), training)
+    # The base model's arrays are donated with the actor's at the first step;
+    # only its tokenizer is used from here on.
+    trainer = trainers.PeftTrainer(actor, config_lib.optimizer(optim, c.sft.max_steps), training)
 
     def loss(model, tokens_BxL, target_mask_BxL):  # nnx.grad needs named args
       return loss_fn(model, tokens_BxL, target_mask_BxL, pad_id)
