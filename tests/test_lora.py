@@ -7,6 +7,7 @@ from flax import nnx
 import numpy as np
 import pytest
 
+from conftest import device_mesh
 from configs import base
 from gemma_grpo import errors
 from gemma_grpo import lora
@@ -76,6 +77,24 @@ def test_parameters_are_sharded_over_the_mesh(fsdp, tp):
   assert shard == (embedding.shape[0] // tp, embedding.shape[1] // fsdp)
   lora_a = state["layers"][0]["mlp"]["gate_proj"]["kernel_lora_a"].value
   assert not lora_a.sharding.is_fully_replicated or fsdp == 1
+
+
+def test_compiled_adapter_pass_makes_the_adapters_of_the_eager_one():
+  """Qwix's forward pass runs compiled on 8 CPU devices, eagerly on one."""
+  c, mesh, loaded = _tiny()
+  assert lora._eager_pass_can_deadlock(mesh)  # pylint: disable=protected-access
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  compiled = nnx.state(actor, nnx.LoRAParam).flat_state()
+  one_device = device_mesh()
+  assert not lora._eager_pass_can_deadlock(one_device)  # pylint: disable=protected-access
+  eager = lora.apply(model_lib.build(c.model, one_device).model, c.lora, one_device)
+  eager = dict(nnx.state(eager, nnx.LoRAParam).flat_state())
+  assert [path for path, _ in compiled] == list(eager)
+  for path, variable in compiled:
+    np.testing.assert_array_equal(np.asarray(variable.get_value()), np.asarray(eager[path].get_value()), str(path))
+  assert any(np.any(np.asarray(v.get_value())) for p, v in compiled if str(p[-1]).endswith("_lora_a"))
+  # Qwix records each einsum's LoRA form during the pass; the merge checks it.
+  assert actor.layers[0].attn.q_einsum.w_lora_einsum_str == "BTD,Dr,rNH->BTNH"
 
 
 def test_targets_matching_nothing_are_rejected():

@@ -1,5 +1,8 @@
 """Our Gemma3 subclass: same numbers as Tunix's, last-token decoding, hidden states."""
 
+import functools
+
+from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,6 +33,19 @@ def _inputs():
   return tokens, positions, mask
 
 
+# Model code runs compiled in these tests: eager, one forward over the 8
+# simulated devices queues hundreds of programs with collectives, which can
+# deadlock XLA:CPU.
+@functools.partial(nnx.jit, static_argnames="last_only")
+def _logits(model, tokens, positions, mask, last_only=False):
+  return model(tokens, positions, None, mask, decode_only_last_token=last_only)[0]
+
+
+@nnx.jit
+def _hidden(model, tokens, positions, mask):
+  return model.hidden_states(tokens, positions, mask)
+
+
 def test_loaded_models_are_converted_without_copying(tiny):
   _, _, loaded = tiny
   assert isinstance(loaded.model, modeling.Gemma3)
@@ -41,8 +57,8 @@ def test_last_token_logits_equal_the_full_forward(tiny):
   _, mesh, loaded = tiny
   tokens, positions, mask = _inputs()
   with jax.set_mesh(mesh):
-    full, _ = loaded.model(tokens, positions, None, mask)
-    last, _ = loaded.model(tokens, positions, None, mask, decode_only_last_token=True)
+    full = _logits(loaded.model, tokens, positions, mask)
+    last = _logits(loaded.model, tokens, positions, mask, last_only=True)
   assert last.shape == (8, 1, full.shape[-1])
   np.testing.assert_allclose(last[:, 0], full[:, -1], atol=1e-5)
 
@@ -51,9 +67,10 @@ def test_hidden_states_decode_to_the_logits(tiny):
   _, mesh, loaded = tiny
   tokens, positions, mask = _inputs()
   with jax.set_mesh(mesh):
-    full, _ = loaded.model(tokens, positions, None, mask)
-    hidden = loaded.model.hidden_states(tokens, positions, mask)
-    np.testing.assert_allclose(loaded.model.embedder.decode(hidden), full, atol=1e-5)
+    full = _logits(loaded.model, tokens, positions, mask)
+    hidden = _hidden(loaded.model, tokens, positions, mask)
+    decoded = nnx.jit(lambda model, h: model.embedder.decode(h))(loaded.model, hidden)
+  np.testing.assert_allclose(decoded, full, atol=1e-5)
 
 
 def test_tunix_sampler_uses_last_token_prefill_on_the_lora_policy(tiny):
@@ -68,22 +85,22 @@ def test_tunix_sampler_uses_last_token_prefill_on_the_lora_policy(tiny):
 
 def test_hidden_states_of_the_lora_policy_include_the_adapters(tiny):
   """Qwix applies LoRA inside __call__ only; hidden_states must go through it."""
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-
   c, mesh, loaded = tiny
   actor = lora.apply(loaded.model, c.lora, mesh)
   state = nnx.state(actor, nnx.LoRAParam)
   nnx.update(actor, jax.tree.map(lambda x: x + 0.1, state))  # make B non-zero
   tokens, positions, mask = _inputs()
   with jax.set_mesh(mesh):
-    base = loaded.model.hidden_states(tokens, positions, mask)
-    adapted = actor.hidden_states(tokens, positions, mask)
-    logits, _ = actor(tokens, positions, None, mask)
+    base = _hidden(loaded.model, tokens, positions, mask)
+    adapted = _hidden(actor, tokens, positions, mask)
+    logits = _logits(actor, tokens, positions, mask)
+    decoded = nnx.jit(lambda model, h: model.embedder.decode(h))(actor, adapted)
   assert float(jnp.abs(adapted - base).max()) > 1e-3
-  np.testing.assert_allclose(actor.embedder.decode(adapted), logits, atol=1e-4)
+  np.testing.assert_allclose(decoded, logits, atol=1e-4)
 
   def loss(model):
     return model.hidden_states(tokens, positions, mask).sum()
 
-  grads = nnx.grad(loss, argnums=nnx.DiffState(0, nnx.LoRAParam))(actor)
+  with jax.set_mesh(mesh):
+    grads = nnx.jit(nnx.grad(loss, argnums=nnx.DiffState(0, nnx.LoRAParam)))(actor)
   assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))
