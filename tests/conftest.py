@@ -27,6 +27,14 @@ GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
 LEARNING = ("--config.rewards.custom=tests.toy_rewards:vowel_share", "--config.optim.peak_lr=0.05")
 
 
+def device_mesh(fsdp: int = 1, tp: int = 1):
+  """A mesh of the first fsdp*tp simulated devices, with the axis types of mesh.make_mesh."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  return jax.make_mesh((fsdp, tp), ("fsdp", "tp"), devices=jax.devices()[:fsdp * tp],
+                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
 def cli_env(devices: int = 1) -> dict[str, str]:
   env = dict(os.environ)
   env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"

@@ -1,8 +1,8 @@
 """Batched generation with Tunix's sampler on the tiny random Gemma-3."""
 
-import jax
 import pytest
 
+from conftest import device_mesh
 from configs import tiny
 from gemma_grpo import generation
 from gemma_grpo import model as model_lib
@@ -18,8 +18,7 @@ PROMPTS = [prompts.render_prompt(q) for q in (
 @pytest.fixture(scope="module")
 def loaded():
   # One device: the simulated 8-device CPU would split this tiny model.
-  mesh = jax.make_mesh((1, 1), ("fsdp", "tp"), devices=jax.devices()[:1],
-                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
+  mesh = device_mesh()
   return model_lib.build(tiny.get_config().model, mesh), mesh
 
 

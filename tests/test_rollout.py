@@ -10,6 +10,7 @@ from tunix.generate import tokenizer_adapter
 from tunix.models.gemma3 import model as gemma3
 from tunix.rl.rollout import base_rollout
 
+from conftest import device_mesh
 from configs import tiny
 from gemma_grpo import lora
 from gemma_grpo import model as model_lib
@@ -21,12 +22,6 @@ MAX_NEW = 8
 QUESTIONS = ("What is 2 + 3?", "Ann has 4 cats and 2 dogs. How many pets?", "Halve 18.")
 GROUPED = [prompts.render_prompt(q) for q in QUESTIONS for _ in range(2)]
 NO_STOP = [-1]  # no token has this id: every completion runs to the limit
-
-
-def one_device_mesh(shape=(1, 1)):
-  n = shape[0] * shape[1]
-  return jax.make_mesh(shape, ("fsdp", "tp"), devices=jax.devices()[:n],
-                       axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
 def build(mesh, **random_overrides):
@@ -67,7 +62,7 @@ def tunix_greedy(actor, tokenizer, mesh, texts, eos_tokens=NO_STOP):
 
 @pytest.fixture(scope="module")
 def tiny_setup():
-  mesh = one_device_mesh()
+  mesh = device_mesh()
   return (mesh, *build(mesh))
 
 
@@ -90,7 +85,7 @@ def test_greedy_matches_tunix_sampler_with_lora(tiny_setup, texts):
 def test_greedy_matches_tunix_with_grouped_query_heads_and_a_short_window():
   # Two key/value heads (G = 2 queries each) and a window shorter than the
   # prompts, so the sliding-window mask cuts keys during prefill and decode.
-  mesh = one_device_mesh()
+  mesh = device_mesh()
   actor, tokenizer, engine = build(mesh, num_kv_heads=2, sliding_window=24)
   out = generate(engine, mesh, GROUPED)
   want_tokens, _ = tunix_greedy(actor, tokenizer, mesh, GROUPED)
@@ -100,7 +95,7 @@ def test_greedy_matches_tunix_with_grouped_query_heads_and_a_short_window():
 def test_sharded_mesh_gives_the_same_tokens(tiny_setup):
   mesh, _, _, engine = tiny_setup
   want = [t.tolist() for t in generate(engine, mesh, GROUPED).tokens]
-  sharded = one_device_mesh((2, 2))
+  sharded = device_mesh(2, 2)
   _, _, sharded_engine = build(sharded)
   got = [t.tolist() for t in generate(sharded_engine, sharded, GROUPED).tokens]
   assert got == want
