@@ -1,6 +1,5 @@
 """Reading, checking and setting aside checkpoints; the run identity record."""
 
-import json
 import logging
 import shutil
 import sys

@@ -150,7 +150,6 @@ def test_batches_are_numpy_and_reshuffled_each_epoch():
   seen2 = sorted(a for b in epoch2 for a in b["answer"])
   assert seen1 == seen2 == ["0", "1", "2", "3"]  # every problem once per epoch
   order1 = [a for b in epoch1 for a in b["answer"]]
-  order2 = [a for b in epoch2 for a in b["answer"]]
   again = iter(data.train_batches(problems, batch_size=2, seed=0))
   assert [a for _ in range(2) for a in next(again)["answer"]] == order1
 

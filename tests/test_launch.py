@@ -7,7 +7,6 @@ written out by hand from the gcloud reference, not derived from the script.
 """
 
 import json
-import os
 import pathlib
 import re
 import stat

@@ -9,7 +9,6 @@ module-scoped fixtures.
 
 import json
 import math
-import os
 import pathlib
 import shutil
 import signal
