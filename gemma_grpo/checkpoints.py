@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging as logging_lib
 import pathlib
 from typing import Any
 
@@ -86,6 +87,7 @@ def read(workdir: str | pathlib.Path, step: int) -> Saved:
   # Installed before reading: a failed read's stale callbacks can fire while
   # the exception is still on its way out of Orbax.
   _silence_stale_read_callbacks()
+  _silence_orphaned_read_errors()
   manager = _manager(workdir)
   try:
     item_metadata = manager.item_metadata(step)
@@ -129,6 +131,29 @@ def _silence_stale_read_callbacks() -> None:
 
   hook._drops_closed_loop_noise = True  # pylint: disable=protected-access
   sys.unraisablehook = hook
+
+
+class _DropOrphanedReadErrors(logging_lib.Filter):
+  """Drops asyncio's report of a TensorStore read error nobody awaited.
+
+  Arrays of one checkpoint share files, so one damaged file fails several of
+  the reads Orbax runs at once. The first error reaches us; each of the others
+  is logged with its traceback when its task is collected, at any later time.
+  """
+
+  def filter(self, record: logging_lib.LogRecord) -> bool:
+    exc = record.exc_info[1] if record.exc_info else None
+    return not (
+        record.getMessage().startswith(("Task exception was never retrieved",
+                                        "Future exception was never retrieved"))
+        and "[tensorstore_spec=" in str(exc)
+    )
+
+
+def _silence_orphaned_read_errors() -> None:
+  logger = logging_lib.getLogger("asyncio")
+  if not any(isinstance(f, _DropOrphanedReadErrors) for f in logger.filters):
+    logger.addFilter(_DropOrphanedReadErrors())
 
 
 def problem(workdir: str | pathlib.Path, step: int) -> str | None:
