@@ -146,7 +146,7 @@ class _DropOrphanedReadErrors(logging_lib.Filter):
     return not (
         record.getMessage().startswith(("Task exception was never retrieved",
                                         "Future exception was never retrieved"))
-        and "[tensorstore_spec=" in str(exc)
+        and any(mark in str(exc) for mark in ("OCDBT database", "tensorstore"))
     )
 
 
