@@ -86,8 +86,7 @@ def read(workdir: str | pathlib.Path, step: int) -> Saved:
 
   # Installed before reading: a failed read's stale callbacks can fire while
   # the exception is still on its way out of Orbax.
-  _silence_stale_read_callbacks()
-  _silence_orphaned_read_errors()
+  _silence_failed_read_noise()
   manager = _manager(workdir)
   try:
     item_metadata = manager.item_metadata(step)
@@ -109,30 +108,6 @@ def read(workdir: str | pathlib.Path, step: int) -> Saved:
   return Saved(trees["model_params"], trees["optimizer_state"], custom)
 
 
-def _silence_stale_read_callbacks() -> None:
-  """Drops the 'Event loop is closed' noise a failed Orbax read leaves behind.
-
-  When one array of a restore fails, the reads still in flight complete later
-  and post to the asyncio loop of that restore, which is gone by then; Python
-  reports each as an unraisable RuntimeError with a traceback on stderr. They
-  are harmless, and a user reading a traceback would think the run crashed.
-  """
-  import sys  # pylint: disable=g-import-not-at-top
-
-  previous = sys.unraisablehook
-  if getattr(previous, "_drops_closed_loop_noise", False):
-    return
-
-  def hook(unraisable):
-    e = unraisable.exc_value
-    if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
-      return
-    previous(unraisable)
-
-  hook._drops_closed_loop_noise = True  # pylint: disable=protected-access
-  sys.unraisablehook = hook
-
-
 class _DropOrphanedReadErrors(logging_lib.Filter):
   """Drops asyncio's report of a TensorStore read error nobody awaited.
 
@@ -150,10 +125,34 @@ class _DropOrphanedReadErrors(logging_lib.Filter):
     )
 
 
-def _silence_orphaned_read_errors() -> None:
-  logger = logging_lib.getLogger("asyncio")
-  if not any(isinstance(f, _DropOrphanedReadErrors) for f in logger.filters):
-    logger.addFilter(_DropOrphanedReadErrors())
+def _silence_failed_read_noise() -> None:
+  """Drops the tracebacks a failed Orbax read leaves behind on stderr.
+
+  When one array of a restore fails, the other reads are abandoned: those
+  still in flight complete later and post to the restore's asyncio loop, gone
+  by then (Python reports each as an unraisable "Event loop is closed"), and
+  those that failed too are logged by asyncio when collected (see
+  _DropOrphanedReadErrors). All are harmless once the first error is
+  reported, and a user reading a traceback would think the run crashed.
+  """
+  import sys  # pylint: disable=g-import-not-at-top
+
+  asyncio_logger = logging_lib.getLogger("asyncio")
+  if not any(isinstance(f, _DropOrphanedReadErrors) for f in asyncio_logger.filters):
+    asyncio_logger.addFilter(_DropOrphanedReadErrors())
+
+  previous = sys.unraisablehook
+  if getattr(previous, "_drops_closed_loop_noise", False):
+    return
+
+  def hook(unraisable):
+    e = unraisable.exc_value
+    if isinstance(e, RuntimeError) and str(e) == "Event loop is closed":
+      return
+    previous(unraisable)
+
+  hook._drops_closed_loop_noise = True  # pylint: disable=protected-access
+  sys.unraisablehook = hook
 
 
 def problem(workdir: str | pathlib.Path, step: int) -> str | None:

@@ -46,6 +46,11 @@ def _hidden(model, tokens, positions, mask):
   return model.hidden_states(tokens, positions, mask)
 
 
+@nnx.jit
+def _decode(model, hidden):
+  return model.embedder.decode(hidden)
+
+
 def test_loaded_models_are_converted_without_copying(tiny):
   _, _, loaded = tiny
   assert isinstance(loaded.model, modeling.Gemma3)
@@ -69,7 +74,7 @@ def test_hidden_states_decode_to_the_logits(tiny):
   with jax.set_mesh(mesh):
     full = _logits(loaded.model, tokens, positions, mask)
     hidden = _hidden(loaded.model, tokens, positions, mask)
-    decoded = nnx.jit(lambda model, h: model.embedder.decode(h))(loaded.model, hidden)
+    decoded = _decode(loaded.model, hidden)
   np.testing.assert_allclose(decoded, full, atol=1e-5)
 
 
@@ -94,7 +99,7 @@ def test_hidden_states_of_the_lora_policy_include_the_adapters(tiny):
     base = _hidden(loaded.model, tokens, positions, mask)
     adapted = _hidden(actor, tokens, positions, mask)
     logits = _logits(actor, tokens, positions, mask)
-    decoded = nnx.jit(lambda model, h: model.embedder.decode(h))(actor, adapted)
+    decoded = _decode(actor, adapted)
   assert float(jnp.abs(adapted - base).max()) > 1e-3
   np.testing.assert_allclose(decoded, logits, atol=1e-4)
 
