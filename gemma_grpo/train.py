@@ -25,6 +25,7 @@ import ml_collections
 
 from gemma_grpo import checkpoints
 from gemma_grpo import config as config_lib
+from gemma_grpo import distributed
 from gemma_grpo import errors
 
 EXIT_NONFINITE = 3
@@ -236,25 +237,32 @@ def command(argv: list[str] | None, *, prog: str, doc: str,
       epilog="Override any config key with --config.section.key=value.",
   )
   parser.add_argument("--config", required=True, help="config file, e.g. configs/gemma3_270m.py")
-  parser.add_argument("--workdir", help="run directory (default runs/<config name>)")
+  parser.add_argument("--workdir", help="run directory or gs:// URL (default runs/<config name>)")
+  distributed.add_flags(parser)
   with errors.exit_on_user_error():
     known, rest = parser.parse_known_args(argv)
+    rank = distributed.resolve_rank(known)
     c = config_lib.load(known.config)
     leftover = config_lib.apply_overrides(c, rest)
     if leftover:
       parser.error(f"unrecognized arguments: {' '.join(leftover)}")
     config_lib.validate(c)
-    from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
     from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
 
-    mesh_lib.maybe_initialize_distributed()
+    distributed.initialize(rank)
     metrics_lib.configure_logging()
-    try:
-      return run(c, known.workdir or default_workdir(known.config))
-    except KeyboardInterrupt:
-      print("interrupted (second Ctrl-C): no checkpoint was written for the"
-            " step in progress", file=sys.stderr, flush=True)
-      return 128 + signal.SIGINT
+    with distributed.failures_reported():
+      workdir = known.workdir or default_workdir(known.config)
+      distributed.check_same(
+          "the config or --workdir", c.to_json_best_effort(sort_keys=True) + workdir,
+          "start every process with the same --config, overrides and --workdir")
+      try:
+        code = run(c, workdir)
+      except KeyboardInterrupt:
+        print("interrupted (second Ctrl-C): no checkpoint was written for the"
+              " step in progress", file=sys.stderr, flush=True)
+        code = 128 + signal.SIGINT
+    return distributed.finish(code)
 
 
 def main(argv: list[str] | None = None) -> int:
