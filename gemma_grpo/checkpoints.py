@@ -17,24 +17,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging as logging_lib
-import pathlib
 from typing import Any
 
 from absl import logging
+from etils import epath
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo import storage
 
 RUN_FILE = "run.json"
 _TMP_MARKER = ".orbax-checkpoint-tmp"
 
 
-def actor_dir(workdir: str | pathlib.Path) -> pathlib.Path:
-  """Absolute: Orbax refuses relative paths (at the first save, mid-run)."""
-  return pathlib.Path(workdir).expanduser().absolute() / "checkpoints" / "actor"
+def actor_dir(workdir: storage.PathLike) -> epath.Path:
+  """Absolute (Orbax refuses relative paths at the first save, mid-run), or gs://."""
+  return storage.path(workdir) / "checkpoints" / "actor"
 
 
-def saved_steps(workdir: str | pathlib.Path) -> list[int]:
+def saved_steps(workdir: storage.PathLike) -> list[int]:
   """Steps with a finished checkpoint (Orbax renames a step's directory last)."""
   root = actor_dir(workdir)
   if not root.is_dir():
@@ -67,7 +68,7 @@ def _flat(tree) -> dict[str, Any]:
   return out
 
 
-def _manager(workdir: str | pathlib.Path):
+def _manager(workdir: storage.PathLike):
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
 
   # Same item layout as tunix.sft.checkpoint_manager; Orbax wants an absolute path.
@@ -78,7 +79,7 @@ def _manager(workdir: str | pathlib.Path):
   return ocp.CheckpointManager(actor_dir(workdir), item_handlers=handlers)
 
 
-def read(workdir: str | pathlib.Path, step: int) -> Saved:
+def read(workdir: storage.PathLike, step: int) -> Saved:
   """Every array of `step` read into host memory; raises if any is unreadable."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -155,7 +156,7 @@ def _silence_failed_read_noise() -> None:
   sys.unraisablehook = hook
 
 
-def problem(workdir: str | pathlib.Path, step: int) -> str | None:
+def problem(workdir: storage.PathLike, step: int) -> str | None:
   """Why checkpoint `step` cannot be resumed from, or None if it can."""
   import numpy as np  # pylint: disable=g-import-not-at-top
 
@@ -173,7 +174,7 @@ def problem(workdir: str | pathlib.Path, step: int) -> str | None:
   return None
 
 
-def _set_aside(path: pathlib.Path) -> pathlib.Path:
+def _set_aside(path: epath.Path) -> epath.Path:
   target = path.with_name(f"{path.name}.corrupt")
   n = 1
   while target.exists():
@@ -183,7 +184,7 @@ def _set_aside(path: pathlib.Path) -> pathlib.Path:
   return target
 
 
-def set_aside_unreadable(workdir: str | pathlib.Path, *, move: bool = True) -> int | None:
+def set_aside_unreadable(workdir: storage.PathLike, *, move: bool = True) -> int | None:
   """The newest checkpoint step that reads back whole (None if there is none).
 
   Newer steps that cannot be read are renamed to `<step>.corrupt` (never
@@ -218,7 +219,7 @@ def set_aside_unreadable(workdir: str | pathlib.Path, *, move: bool = True) -> i
   return None
 
 
-def check_compatible(workdir: str | pathlib.Path, step: int, actor) -> None:
+def check_compatible(workdir: storage.PathLike, step: int, actor) -> None:
   """Raises UserError unless checkpoint `step` fits the LoRA params of `actor`.
 
   Catches a different rank or target set before Orbax's shape error.
@@ -285,9 +286,9 @@ def model_shape(model) -> dict[str, int]:
       "head_dim", "num_kv_heads")}
 
 
-def saved_identity(workdir: str | pathlib.Path) -> dict[str, Any] | None:
+def saved_identity(workdir: storage.PathLike) -> dict[str, Any] | None:
   """The identity recorded in the work directory (run.json, else config.json)."""
-  workdir = pathlib.Path(workdir)
+  workdir = storage.path(workdir)
   run_file = workdir / RUN_FILE
   if run_file.is_file():
     try:
@@ -302,7 +303,7 @@ def saved_identity(workdir: str | pathlib.Path) -> dict[str, Any] | None:
   return None
 
 
-def check_identity(workdir: str | pathlib.Path, current: dict[str, Any]) -> None:
+def check_identity(workdir: storage.PathLike, current: dict[str, Any]) -> None:
   """Raises UserError if `workdir` holds checkpoints of something else.
 
   Only fields present on both sides are compared: the model shape is only
@@ -326,11 +327,9 @@ def check_identity(workdir: str | pathlib.Path, current: dict[str, Any]) -> None
   )
 
 
-def write_identity(workdir: str | pathlib.Path, ident: dict[str, Any]) -> None:
-  path = pathlib.Path(workdir) / RUN_FILE
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text(json.dumps(ident, indent=2, sort_keys=True) + "\n")
-  tmp.replace(path)
+def write_identity(workdir: storage.PathLike, ident: dict[str, Any]) -> None:
+  storage.write_text(storage.path(workdir) / RUN_FILE,
+                     json.dumps(ident, indent=2, sort_keys=True) + "\n")
 
 
 # --- Restoring a trained policy (eval, export) -------------------------------
@@ -346,11 +345,11 @@ class Policy:
   step: int
 
 
-def restore_adapter(actor, workdir: str | pathlib.Path, step: int | None = None) -> int:
+def restore_adapter(actor, workdir: storage.PathLike, step: int | None = None) -> int:
   """Loads checkpoint `step` (default: the newest readable) into `actor`'s LoRA."""
   from tunix.sft import checkpoint_manager  # pylint: disable=g-import-not-at-top
 
-  workdir = pathlib.Path(workdir).expanduser().absolute()
+  workdir = storage.path(workdir)
   steps = saved_steps(workdir)
   if not steps:
     raise errors.UserError(f"{actor_dir(workdir)}: no checkpoint to restore")
@@ -369,12 +368,12 @@ def restore_adapter(actor, workdir: str | pathlib.Path, step: int | None = None)
   return restored
 
 
-def restore(workdir: str | pathlib.Path, mesh, step: int | None = None) -> Policy:
+def restore(workdir: storage.PathLike, mesh, step: int | None = None) -> Policy:
   """The policy of `workdir` at `step` (default: the newest readable checkpoint)."""
   from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
 
-  workdir = pathlib.Path(workdir).expanduser().absolute()
+  workdir = storage.path(workdir)
   c = config_lib.load_saved(workdir / "config.json")
   if not saved_steps(workdir):
     raise errors.UserError(f"{actor_dir(workdir)}: no checkpoint to restore")
@@ -384,7 +383,7 @@ def restore(workdir: str | pathlib.Path, mesh, step: int | None = None) -> Polic
   return Policy(c, loaded, actor, restored)
 
 
-def merge_into_base(base, workdir: str | pathlib.Path, mesh, *, source: str) -> int:
+def merge_into_base(base, workdir: storage.PathLike, mesh, *, source: str) -> int:
   """Folds the adapter of a finished run into `base`'s weights, in place.
 
   This is how GRPO starts from an SFT run: the merged model is both the
@@ -396,7 +395,7 @@ def merge_into_base(base, workdir: str | pathlib.Path, mesh, *, source: str) -> 
 
   from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
 
-  workdir = pathlib.Path(workdir).expanduser().absolute()
+  workdir = storage.path(workdir)
   where = f"model.init_lora_from={workdir}"
   if not (workdir / "config.json").is_file():
     raise errors.UserError(f"{where}: not a gemma-grpo work directory (no config.json)")

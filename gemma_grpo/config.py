@@ -360,7 +360,9 @@ def mesh_shape(c: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int
 
 def save(c: ml_collections.ConfigDict, path: str | os.PathLike) -> None:
   """Writes the resolved config beside the run (no secrets live in configs)."""
-  pathlib.Path(path).write_text(c.to_json_best_effort(indent=2) + "\n")
+  from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
+
+  storage.write_text(storage.path(path), c.to_json_best_effort(indent=2) + "\n")
 
 
 # --- Tunix and optax objects built from a validated config -----------------
@@ -436,6 +438,8 @@ def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
   from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
   from tunix.sft import metrics_logger  # pylint: disable=g-import-not-at-top
 
+  from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
+
   t = c.train
   training = rl_cluster_lib.RLTrainingConfig(
       actor_optimizer=optimizer(c.optim, t.max_steps),
@@ -450,14 +454,14 @@ def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
       # In-training evaluation is ours (greedy, with accuracy); Tunix's only
       # recomputes the loss, so it never runs.
       eval_every_n_steps=10**9,
-      checkpoint_root_directory=str(pathlib.Path(workdir) / "checkpoints"),
+      checkpoint_root_directory=os.fspath(storage.path(workdir) / "checkpoints"),
       checkpointing_options=ocp.CheckpointManagerOptions(
           # Checkpoints are written by hooks.RunHooks after a finiteness check.
           save_decision_policy=ocp.checkpoint_managers.SpecificStepsPolicy(steps=()),
           max_to_keep=c.ckpt.keep,
       ),
       metrics_logging_options=metrics_logger.MetricsLoggerOptions(
-          log_dir=str(pathlib.Path(workdir) / "tensorboard"),
+          log_dir=os.fspath(storage.path(workdir) / "tensorboard"),
           flush_every_n_steps=c.log.flush_every_steps,
           backend_kwargs={"custom_backend": [lambda: writer]},
       ),
@@ -489,7 +493,9 @@ def load_saved(path: str | os.PathLike) -> ml_collections.ConfigDict:
   import json  # pylint: disable=g-import-not-at-top
   from configs import base  # pylint: disable=g-import-not-at-top
 
-  file = pathlib.Path(path)
+  from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
+
+  file = storage.path(path)
   if not file.is_file():
     raise errors.UserError(f"{file}: missing; is this a gemma-grpo work directory?")
   try:

@@ -88,7 +88,7 @@ def _cluster_detected(env) -> bool:
           or env.get("GEMMA_GRPO_DISTRIBUTED") == "1")
 
 
-def _int_setting(flag: str, env_name: str, value, env) -> int | None:
+def _int_setting(env_name: str, value, env) -> int | None:
   if value is not None:
     return value
   text = env.get(env_name)
@@ -105,9 +105,8 @@ def resolve_rank(args=None, env=None) -> Rank:
   coordinator = getattr(args, "coordinator", None) or env.get("JAX_COORDINATOR_ADDRESS") or None
   flags_given = any(getattr(args, name, None) is not None
                     for name in ("coordinator", "num_processes", "process_id"))
-  num = _int_setting("--num-processes", "JAX_NUM_PROCESSES",
-                     getattr(args, "num_processes", None), env)
-  pid = _int_setting("--process-id", "JAX_PROCESS_ID", getattr(args, "process_id", None), env)
+  num = _int_setting("JAX_NUM_PROCESSES", getattr(args, "num_processes", None), env)
+  pid = _int_setting("JAX_PROCESS_ID", getattr(args, "process_id", None), env)
   if num is None and pid is None and not flags_given:
     if _cluster_detected(env):
       return Rank(None, None, None, "cluster")
@@ -243,17 +242,7 @@ def check_same(what: str, text: str, fix: str) -> None:
         f"{what} differs between processes (process {differ[0]} against process 0); {fix}")
 
 
-def any_process(flag: bool) -> bool:
-  """True if `flag` is true in any process (a collective, like check_same)."""
-  if process_count() == 1:
-    return flag
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-
-  return bool(np.asarray(multihost_utils.process_allgather(np.array([int(flag)]))).any())
-
-
-def first_value(value: int) -> int:
+def largest(value: int) -> int:
   """The largest of `value` over all processes (a collective)."""
   if process_count() == 1:
     return value

@@ -292,6 +292,9 @@ def _parser() -> argparse.ArgumentParser:
   out = p.add_argument_group("output")
   out.add_argument("--out", help="output directory (default <workdir>/eval_step<N> or runs/eval/<source>)")
   out.add_argument("--compare", help="a baseline: an eval output directory, or a model source / work directory to evaluate first")
+  from gemma_grpo import distributed  # pylint: disable=g-import-not-at-top
+
+  distributed.add_flags(p)
   return p
 
 
@@ -305,7 +308,9 @@ def _workdir_target(path: str, step: int | None, flag: str = "--workdir"):
   from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
 
-  workdir = pathlib.Path(path).expanduser()
+  from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
+
+  workdir = storage.path(path)
   if not workdir.is_dir():
     raise errors.UserError(f"{flag} {path}: no such directory; pass a gemma-grpo training run")
   c = config_lib.load_saved(workdir / "config.json")
@@ -568,12 +573,15 @@ def evaluate(target: Target, c, plan: Plan, mesh, *,
   return report, samples
 
 
-def write(out: pathlib.Path, report: dict, samples: list[dict]) -> None:
+def write(out, report: dict, samples: list[dict]) -> None:
+  """eval.json and samples.jsonl into `out` (a local directory or gs:// URL)."""
+  from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
+
+  out = storage.path(out)
   out.mkdir(parents=True, exist_ok=True)
-  (out / SUMMARY_FILE).write_text(json.dumps(report, indent=2) + "\n")
-  with open(out / SAMPLES_FILE, "w", encoding="utf-8") as f:
-    for sample in samples:
-      f.write(json.dumps(sample, ensure_ascii=False) + "\n")
+  storage.write_text(out / SUMMARY_FILE, json.dumps(report, indent=2) + "\n")
+  storage.write_text(out / SAMPLES_FILE, "".join(
+      json.dumps(sample, ensure_ascii=False) + "\n" for sample in samples))
 
 
 # --- Console ------------------------------------------------------------------
@@ -655,23 +663,32 @@ def main(argv: list[str] | None = None) -> int:
     reason = contamination(target, args.data, data_info.get("split"))
     if reason:
       _warn_contaminated(reason)
-    out = pathlib.Path(args.out).expanduser() if args.out else target.default_out()
-
+    from gemma_grpo import distributed  # pylint: disable=g-import-not-at-top
     from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
     from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+    from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
 
-    mesh_lib.maybe_initialize_distributed()
+    out = storage.path(args.out) if args.out else target.default_out()
+    distributed.initialize(distributed.resolve_rank(args))
     metrics_lib.configure_logging()
-    mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
-    mesh = mesh_lib.make_mesh(c.mesh)
-    if base_target is not None:
-      b_target, b_config = base_target
-      b_reason = contamination(b_target, args.data, data_info.get("split"))
-      base_report, b_samples = evaluate(b_target, b_config, plan, mesh, contaminated=bool(b_reason))
-      write(b_target.default_out(), base_report, b_samples)
-      print(f"baseline {b_target.label}: wrote {b_target.default_out()}", flush=True)
-    report, samples = evaluate(target, c, plan, mesh, contaminated=bool(reason))
-    write(out, report, samples)
+    with distributed.failures_reported():
+      mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
+      mesh = mesh_lib.make_mesh(c.mesh)
+      # Every process decodes the same problems; process 0 writes the files.
+      if base_target is not None:
+        b_target, b_config = base_target
+        b_reason = contamination(b_target, args.data, data_info.get("split"))
+        base_report, b_samples = evaluate(b_target, b_config, plan, mesh,
+                                          contaminated=bool(b_reason))
+        if distributed.is_chief():
+          write(b_target.default_out(), base_report, b_samples)
+          print(f"baseline {b_target.label}: wrote {b_target.default_out()}", flush=True)
+      report, samples = evaluate(target, c, plan, mesh, contaminated=bool(reason))
+      if distributed.is_chief():
+        write(out, report, samples)
+    distributed.finish(0)
+    if not distributed.is_chief():
+      return 0
 
   settings = report["settings"]
   print(f"eval {target.label} on {args.data}: {settings['data']['num_problems']} problems"

@@ -35,6 +35,7 @@ import numpy as np
 from gemma_grpo import errors
 from gemma_grpo import lora
 from gemma_grpo import prompts
+from gemma_grpo import storage
 
 FORMATS = ("hf", "gguf")
 DTYPES = ("float32", "bfloat16")
@@ -394,8 +395,9 @@ def check_options(workdir: pathlib.Path, out: pathlib.Path, *, dtype: str, fmt: 
   if fmt not in FORMATS:
     raise errors.UserError(f"--format={fmt!r}: use one of {FORMATS}")
   parse_size(max_shard_size)
-  w, o = workdir.resolve(), out.resolve()
-  if o == w or w in o.parents or o in w.parents:
+  w, o = (out.resolve(), out.resolve()) if storage.is_remote(workdir) else (
+      pathlib.Path(workdir).resolve(), out.resolve())
+  if not storage.is_remote(workdir) and (o == w or w in o.parents or o in w.parents):
     raise errors.UserError(
         f"--out {out}: must lie outside the work directory {workdir} (export never writes into a run)"
     )
@@ -460,7 +462,7 @@ def export_hf(policy, workdir: pathlib.Path, out_dir: pathlib.Path, *,
   gguf_io.write_generation_config(out_dir)
   files += ["config.json", "generation_config.json"]
   files += save_tokenizer(pathlib.Path(policy.loaded.tokenizer_dir), out_dir)
-  (out_dir / "README.md").write_text(model_card(policy, pathlib.Path(workdir), "hf", dtype))
+  (out_dir / "README.md").write_text(model_card(policy, workdir, "hf", dtype))
   return files + ["README.md"]
 
 
@@ -478,7 +480,7 @@ def export_gguf(policy, workdir: pathlib.Path, out_dir: pathlib.Path, *,
       name=f"{base_model_id(policy.config.model.source) or 'gemma-3'} GRPO step {policy.step}",
       chat_template=prompts.CHAT_TEMPLATE,
   )
-  (out_dir / "README.md").write_text(model_card(policy, pathlib.Path(workdir), "gguf", dtype))
+  (out_dir / "README.md").write_text(model_card(policy, workdir, "gguf", dtype))
   return [GGUF_FILE, "README.md"]
 
 
@@ -489,7 +491,7 @@ def export_policy(policy, workdir: str | os.PathLike, out: str | os.PathLike, *,
 
   Built in a temporary sibling of `out` and renamed into place at the end.
   """
-  workdir, out = pathlib.Path(workdir), pathlib.Path(out).expanduser().absolute()
+  workdir, out = storage.path(workdir), pathlib.Path(out).expanduser().absolute()
   check_options(workdir, out, dtype=dtype, fmt=fmt, max_shard_size=max_shard_size,
                 overwrite=overwrite)
   out.parent.mkdir(parents=True, exist_ok=True)
@@ -518,7 +520,7 @@ def export(workdir: str | os.PathLike, out: str | os.PathLike, *, step: int | No
   from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
-  workdir = pathlib.Path(workdir).expanduser()
+  workdir = storage.path(workdir)
   if not workdir.is_dir():
     raise errors.UserError(f"--workdir {workdir}: no such directory")
   # Every check that needs no model runs before the (slow) restore.
@@ -543,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(
       prog="gemma-grpo export", description=__doc__.splitlines()[0],
   )
-  parser.add_argument("--workdir", required=True, help="training run directory")
+  parser.add_argument("--workdir", required=True, help="training run directory or gs:// URL")
   parser.add_argument("--out", required=True, help="output directory (must be new or empty)")
   parser.add_argument("--step", type=int, help="checkpoint step (default: the latest)")
   parser.add_argument("--dtype", choices=DTYPES, default="float32", help="saved weight dtype (cast after merging)")

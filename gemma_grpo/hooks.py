@@ -23,6 +23,7 @@ from flax import nnx
 import numpy as np
 from tunix.sft import hooks as tunix_hooks
 
+from gemma_grpo import distributed
 from gemma_grpo import metrics as metrics_lib
 
 
@@ -66,14 +67,28 @@ class StopSignal:
       signal.signal(sig, handler)
     self._previous.clear()
 
+  def agree(self) -> bool:
+    """Whether to stop, the same in every process: a stop asked of any one.
+
+    A signal reaches the processes of a run at slightly different times; they
+    must still stop after the same step, or one would wait in a collective
+    the others never join. A collective itself: every process calls it at the
+    same points (each step's end and each batch drawn). The answer is latched
+    into `signum` so later local checks agree too.
+    """
+    signum = distributed.largest(self.signum or 0)
+    if signum and self.signum is None:
+      self.signum = signum
+    return bool(signum)
+
   def guard(self, batches: Iterable) -> Iterator:
-    """Yields batches until a stop is requested; Tunix then ends the run.
+    """Yields batches until a stop is agreed; Tunix then ends the run.
 
     Tunix draws a step's whole batch before its rollout, so a stop lands
     between steps, never inside one.
     """
     for batch in batches:
-      if self.requested:
+      if self.agree():
         return
       yield batch
 
@@ -184,7 +199,7 @@ class RunHooks(tunix_hooks.TrainingHooks):
           " norm overflowed)"
       )
     last = step >= self._max_steps
-    if last or self._stop.requested or step % self._checkpoint_every == 0:
+    if self._stop.agree() or last or step % self._checkpoint_every == 0:
       self._save(train_ctx, step)
       self.last_good_step = step
     if self._evaluate is not None and self._eval_every and (

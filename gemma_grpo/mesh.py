@@ -1,4 +1,4 @@
-"""The (fsdp, tp) device mesh, and multi-host start-up."""
+"""The (fsdp, tp) device mesh over every device of every process."""
 
 from __future__ import annotations
 
@@ -11,28 +11,6 @@ from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 
 AXES = ("fsdp", "tp")
-
-
-def is_multihost_environment() -> bool:
-  """True on a multi-host TPU slice or when a coordinator is given explicitly."""
-  hosts = os.environ.get("TPU_WORKER_HOSTNAMES", "")
-  return (
-      len([h for h in hosts.split(",") if h.strip()]) > 1
-      or bool(os.environ.get("JAX_COORDINATOR_ADDRESS"))
-      or os.environ.get("GEMMA_GRPO_DISTRIBUTED") == "1"
-  )
-
-
-def maybe_initialize_distributed() -> None:
-  """Joins the JAX cluster when launched on several hosts.
-
-  Must run before anything touches a device. On Cloud TPU every argument is
-  discovered from the environment.
-  """
-  if is_multihost_environment():
-    import jax  # pylint: disable=g-import-not-at-top
-
-    jax.distributed.initialize()
 
 
 def make_mesh(c: ml_collections.ConfigDict):

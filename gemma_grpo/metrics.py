@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import json
 import math
+import os
 import pathlib
 import sys
 from typing import Callable
@@ -59,10 +60,13 @@ class Writer:
     if is_chief:
       import tensorboardX  # pylint: disable=g-import-not-at-top
 
-      logdir = pathlib.Path(logdir)
+      from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
+
+      logdir = storage.path(logdir)
       logdir.mkdir(parents=True, exist_ok=True)
-      self._tb = tensorboardX.SummaryWriter(str(logdir))
-      self._jsonl = open(logdir / "metrics.jsonl", "a", encoding="utf-8")
+      # tensorboardX writes gs:// itself (google-cloud-storage).
+      self._tb = tensorboardX.SummaryWriter(os.fspath(logdir))
+      self._jsonl = storage.AppendFile(logdir / "metrics.jsonl")
 
   # Tunix backend protocol (jax.monitoring listener signature).
   def log_scalar(self, event: str, value, step: int | None = None, **unused):
@@ -98,8 +102,8 @@ class Writer:
     if not self._is_chief:
       return
     self._jsonl.write(json.dumps({"step": step, **row}, sort_keys=True) + "\n")
-    self._jsonl.flush()
     if step % self._flush_every == 0 or step == self._max_steps:
+      self._jsonl.flush()
       self._tb.flush()
     if self._console is not None:
       _print(self._console, console_line(step, self._max_steps, row))
@@ -141,7 +145,9 @@ def _print(stream, line: str) -> None:
 def read_jsonl(path: str | pathlib.Path) -> list[dict]:
   """Rows of a run's metrics.jsonl, last write of each step wins."""
   rows = {}
-  for line in pathlib.Path(path).read_text().splitlines():
+  from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
+
+  for line in storage.path(path).read_text().splitlines():
     if line.strip():
       row = json.loads(line)
       rows[row["step"]] = row

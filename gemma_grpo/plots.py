@@ -10,12 +10,13 @@ series are drawn faint with a moving average on top.
 from __future__ import annotations
 
 import argparse
-import pathlib
+from etils import epath
 import sys
 
 import numpy as np
 
 from gemma_grpo import errors
+from gemma_grpo import storage
 from gemma_grpo import metrics as metrics_lib
 
 _REWARD_SUMMARIES = ("sum", "mean", "min", "max")
@@ -74,7 +75,7 @@ def _panel(ax, rows: list[dict], title: str, ylabel: str,
   ax.legend(loc="best", fontsize=8)
 
 
-def _chart(path: pathlib.Path, rows: list[dict], panels: list[tuple]) -> bool:
+def _chart(path: epath.Path, rows: list[dict], panels: list[tuple]) -> bool:
   """Writes one PNG of stacked panels (title, ylabel, curves, band).
 
   curves are [(metric key, label)]; panels without data are left out, and
@@ -95,18 +96,18 @@ def _chart(path: pathlib.Path, rows: list[dict], panels: list[tuple]) -> bool:
   for ax, panel in zip(axes[:, 0], panels):
     _panel(ax, rows, *panel)
   fig.tight_layout()
-  fig.savefig(path)
+  storage.save_figure(fig, path)
   plt.close(fig)
   return True
 
 
-def write_plots(workdir: str | pathlib.Path) -> list[pathlib.Path]:
+def write_plots(workdir: storage.PathLike) -> list[epath.Path]:
   """Writes the run's PNG charts into <workdir>/plots/ and returns their paths.
 
   Raises:
     errors.UserError: the run has no metrics yet.
   """
-  workdir = pathlib.Path(workdir)
+  workdir = storage.path(workdir)
   source = workdir / "tensorboard" / "metrics.jsonl"
   if not source.is_file():
     raise errors.UserError(f"{source}: missing; is {workdir} a gemma-grpo work directory with at least one step?")

@@ -17,7 +17,6 @@ into the base, which then is also the KL reference).
 from __future__ import annotations
 
 import os
-import pathlib
 import sys
 
 from absl import logging
@@ -28,6 +27,7 @@ from gemma_grpo import config as config_lib
 from gemma_grpo import data as data_lib
 from gemma_grpo import errors
 from gemma_grpo import prompts
+from gemma_grpo import storage
 
 
 def target_text(problem: data_lib.Problem) -> str:
@@ -143,7 +143,8 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
 
   config_lib.validate(c, jax.device_count())
   mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
-  work = pathlib.Path(workdir)
+  work = storage.path(workdir)
+  storage.check_writable(work)
   work.mkdir(parents=True, exist_ok=True)
   if jax.process_index() == 0:
     config_lib.save(c, work / "config.json")
@@ -165,12 +166,12 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   training = peft_trainer.TrainingConfig(
       eval_every_n_steps=10**9,
       max_steps=c.sft.max_steps,
-      checkpoint_root_directory=str(checkpoints.actor_dir(work)),
+      checkpoint_root_directory=os.fspath(checkpoints.actor_dir(work)),
       checkpointing_options=ocp.CheckpointManagerOptions(
           save_interval_steps=c.ckpt.every_steps, max_to_keep=c.ckpt.keep
       ),
       metrics_logging_options=metrics_logger.MetricsLoggerOptions(
-          log_dir=str(work / "tensorboard"),
+          log_dir=os.fspath(work / "tensorboard"),
           flush_every_n_steps=c.log.flush_every_steps,
           backend_kwargs={"custom_backend": [lambda: writer]},
       ),
@@ -210,7 +211,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
     finally:
       stop.uninstall()
       writer.close()
-  if stop.requested:
+  if stop.agree():
     print(f"stopped after step {trainer.train_steps}; rerun to resume", file=sys.stderr)
     return 128 + stop.signum
   logging.info("SFT done: %d steps in %s", trainer.train_steps, work)

@@ -21,12 +21,14 @@ import sys
 from typing import Callable
 
 from absl import logging
+from etils import epath
 import ml_collections
 
 from gemma_grpo import checkpoints
 from gemma_grpo import config as config_lib
 from gemma_grpo import distributed
 from gemma_grpo import errors
+from gemma_grpo import storage
 
 EXIT_NONFINITE = 3
 
@@ -35,7 +37,7 @@ def default_workdir(config_path: str) -> str:
   return os.path.join("runs", pathlib.Path(config_path).stem)
 
 
-def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> pathlib.Path:
+def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> epath.Path:
   """Every check of the input that needs no model; returns the work directory.
 
   Runs in seconds, so bad input fails before minutes of loading: the config,
@@ -55,9 +57,10 @@ def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> pathl
         "train.micro_batch_size x grpo.num_generations = %d completions do not"
         " split over mesh fsdp=%d; each device will process all of them", rows, fsdp)
   data_lib.check_source(c.data)
-  work = pathlib.Path(workdir).expanduser().absolute()  # Orbax needs absolute paths
+  work = storage.path(workdir)
   if work.exists() and not work.is_dir():
     raise errors.UserError(f"--workdir {workdir}: exists and is not a directory")
+  storage.check_writable(work)
   checkpoints.check_identity(work, checkpoints.identity(c))
   checkpoints.set_aside_unreadable(work, move=jax.process_index() == 0)
   return work
@@ -77,7 +80,7 @@ def train(c: ml_collections.ConfigDict, workdir: str) -> int:
     stop.uninstall()
 
 
-def _train(c: ml_collections.ConfigDict, work: pathlib.Path, stop) -> int:
+def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
   import jax  # pylint: disable=g-import-not-at-top
   from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
 
@@ -148,7 +151,7 @@ def _train(c: ml_collections.ConfigDict, work: pathlib.Path, stop) -> int:
   )
   # One update per step: align Tunix's step counter with the restored one.
   cluster.global_steps = trainer.train_steps
-  if trainer.train_steps >= c.train.max_steps or stop.requested:
+  if stop.agree() or trainer.train_steps >= c.train.max_steps:
     cluster.close()
     writer.close()
     if stop.requested:
@@ -198,7 +201,7 @@ def _train(c: ml_collections.ConfigDict, work: pathlib.Path, stop) -> int:
     raise
   finally:
     writer.close()
-  if stop.requested:
+  if stop.agree():
     return _stopped(stop, work, trainer.train_steps)
   logging.info("Done: %d steps in %s", trainer.train_steps, work)
   if is_chief:
@@ -208,7 +211,7 @@ def _train(c: ml_collections.ConfigDict, work: pathlib.Path, stop) -> int:
   return 0
 
 
-def _stopped(stop, work: pathlib.Path, step: int) -> int:
+def _stopped(stop, work: epath.Path, step: int) -> int:
   name = signal.Signals(stop.signum).name
   saved = checkpoints.saved_steps(work)
   if step and saved and saved[-1] == step:

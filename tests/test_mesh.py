@@ -77,18 +77,3 @@ def test_mesh_must_fill_the_devices():
   with pytest.raises(errors.UserError, match="does not fill the 8 available devices"):
     mesh_lib.make_mesh(c.mesh)
   assert jax.device_count() == 8
-
-
-@pytest.mark.parametrize("env, expected", [
-    ({}, False),
-    ({"TPU_WORKER_HOSTNAMES": "10.0.0.1"}, False),
-    ({"TPU_WORKER_HOSTNAMES": "10.0.0.1,10.0.0.2"}, True),
-    ({"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"}, True),
-    ({"GEMMA_GRPO_DISTRIBUTED": "1"}, True),
-])
-def test_multihost_detection(monkeypatch, env, expected):
-  for name in ("TPU_WORKER_HOSTNAMES", "JAX_COORDINATOR_ADDRESS", "GEMMA_GRPO_DISTRIBUTED"):
-    monkeypatch.delenv(name, raising=False)
-  for name, value in env.items():
-    monkeypatch.setenv(name, value)
-  assert mesh_lib.is_multihost_environment() is expected
