@@ -194,9 +194,17 @@ def failures_reported():
 
 
 def finish(code: int) -> int:
-  """Ends this process's part in a run that every process ends alike."""
-  if _watchdog is not None:
-    _watchdog.close()
+  """Ends this process's part in a run; returns `code`.
+
+  Success and an agreed stop by signal (128+N) end every process alike. Any
+  other status may be this process's alone (a reward function that raised
+  here only), so the others are told, as for an exception.
+  """
+  if _watchdog is None:
+    return code
+  if code and code < 128:
+    report_failure_and_exit(f"exited with status {code}", code)
+  _watchdog.close()
   return code
 
 
@@ -267,7 +275,10 @@ def report_failure_and_exit(line: str, code: int) -> None:
   """Tells the other processes why this one stops, then exits at once.
 
   Skips JAX's shutdown barrier, which would wait minutes for processes that
-  are stuck in a collective this one will never join.
+  are stuck in a collective this one will never join. Process 0 hosts the
+  coordination service, so it leaves last: it waits until the others have
+  read the report (or a few seconds), because they abort the moment it is
+  gone.
   """
   client = _client()
   import jax  # pylint: disable=g-import-not-at-top
@@ -277,14 +288,24 @@ def report_failure_and_exit(line: str, code: int) -> None:
     client.key_value_set(_FAILED_KEY, f"process {me}: {line}", allow_overwrite=False)
   except Exception:  # pylint: disable=broad-exception-caught
     pass  # another process reported first, or the coordinator is gone
-  others = [p for p in range(jax.process_count()) if p != me]
+  if me == 0:
+    _wait_for_acknowledgements(client, [p for p in range(1, jax.process_count())])
+  _exit(code)
+
+
+def _wait_for_acknowledgements(client, processes: list[int]) -> None:
+  """Until each of `processes` has read the failure report (bounded)."""
   deadline = time.monotonic() + _REPORT_GRACE_S
-  while others and time.monotonic() < deadline:
+  while processes and time.monotonic() < deadline:
     try:
-      others = [p for p in others if not _try_get(client, _ACK_KEY.format(p))]
+      processes = [p for p in processes if not _try_get(client, _ACK_KEY.format(p))]
     except Exception:  # pylint: disable=broad-exception-caught
-      break
+      return
     time.sleep(0.2)
+  time.sleep(0.5)  # they exit right after acknowledging
+
+
+def _exit(code: int) -> None:
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)  # pylint: disable=protected-access
@@ -347,7 +368,12 @@ class Watchdog(threading.Thread):
           self._client.key_value_set(_ACK_KEY.format(self._me), "1", allow_overwrite=True)
         except Exception:  # pylint: disable=broad-exception-caught
           pass
-        self._stop(f"{failed}; stopping this process too")
+        print(f"error: {failed}; stopping this process too", file=sys.stderr, flush=True)
+        if self._me == 0:
+          failed_process = int(failed.split()[1].rstrip(":"))
+          _wait_for_acknowledgements(
+              self._client, [p for p in self._peers if p != failed_process])
+        _exit(EXIT_PEER_FAILED)
         return
       now = time.monotonic()
       for p, value in beats.items():
@@ -362,5 +388,4 @@ class Watchdog(threading.Thread):
 
   def _stop(self, line: str) -> None:
     print(f"error: {line}", file=sys.stderr, flush=True)
-    sys.stdout.flush()
-    os._exit(EXIT_PEER_FAILED)  # pylint: disable=protected-access
+    _exit(EXIT_PEER_FAILED)

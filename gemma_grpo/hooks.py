@@ -31,6 +31,13 @@ class NonFiniteError(RuntimeError):
   """Training produced NaN or Inf; the message names the step."""
 
 
+class RewardFunctionError(RuntimeError):
+  """A reward function raised; the message names it and the step.
+
+  The function's own exception is the __cause__, for its frames.
+  """
+
+
 class StopSignal:
   """SIGTERM/SIGINT ask training to stop at the next safe point.
 
@@ -120,7 +127,13 @@ def finite_rewards(reward_fns: Sequence[Callable], current_step: Callable[[], in
   def checked(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-      values = fn(*args, **kwargs)
+      try:
+        values = fn(*args, **kwargs)
+      except Exception as e:  # pylint: disable=broad-exception-caught
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise RewardFunctionError(
+            f"step {current_step()}: reward function {fn.__name__} raised"
+            f" {type(e).__name__}: {first}") from e
       array = np.asarray(values, dtype=np.float64).reshape(-1)
       bad = np.flatnonzero(~np.isfinite(array))
       if bad.size:

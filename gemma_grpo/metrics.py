@@ -170,3 +170,8 @@ def configure_logging() -> None:
     return record.levelno >= logging.WARNING or record.pathname.startswith(package)
 
   logging.getLogger("absl").addFilter(keep)
+  # gcsfs asks for the bucket's type with a storage-control client, and warns
+  # once per file system when that client has no credentials of its own; the
+  # request is optional (it then uses the plain GCS API) and the run is fine.
+  logging.getLogger("gcsfs").addFilter(
+      lambda r: not r.getMessage().startswith("Could not determine bucket type"))

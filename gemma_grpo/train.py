@@ -8,8 +8,10 @@ position and sampling keys included, so an interrupted run continues exactly
 as the uninterrupted one would have.
 
 Exit codes: 0 done; 2 bad input (one `error:` line per problem); 3 NaN/Inf in
-training (the last good checkpoint is kept); 128+N stopped by signal N after
-checkpointing (143 for SIGTERM, 130 for SIGINT): rerun to resume.
+training (the last good checkpoint is kept); 4 another process of a
+multi-process run failed or vanished (see gemma_grpo.distributed); 5 a reward
+function raised (the last good checkpoint is kept); 128+N stopped by signal N
+after checkpointing (143 for SIGTERM, 130 for SIGINT): rerun to resume.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from gemma_grpo import errors
 from gemma_grpo import storage
 
 EXIT_NONFINITE = 3
+EXIT_REWARD_FUNCTION = 5
 
 
 def default_workdir(config_path: str) -> str:
@@ -189,13 +192,16 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
     # On success Tunix closes the cluster: the last checkpoint is written and
     # Orbax's asynchronous save has finished when this returns.
     learner.train(stop.guard(iter(batches)))
-  except hooks_lib.NonFiniteError as e:
+  except (hooks_lib.NonFiniteError, hooks_lib.RewardFunctionError) as e:
     trainer.checkpoint_manager.close()  # waits for a save still in flight
     kept = checkpoints.saved_steps(work)
     where = (f"the last good checkpoint, step {kept[-1]}, is kept in"
              f" {checkpoints.actor_dir(work)}" if kept else "no checkpoint was saved")
     print(f"error: {e}; training stopped; {where}", file=sys.stderr, flush=True)
-    return EXIT_NONFINITE
+    if isinstance(e, hooks_lib.NonFiniteError):
+      return EXIT_NONFINITE
+    _print_user_frames(e.__cause__)
+    return EXIT_REWARD_FUNCTION
   except BaseException:
     trainer.checkpoint_manager.close()
     raise
@@ -209,6 +215,17 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
 
     logging.info("Plots: %s", ", ".join(str(p) for p in plots.write_plots(work)))
   return 0
+
+
+def _print_user_frames(error: BaseException) -> None:
+  """The traceback of a user's reward function, without Tunix's or our frames."""
+  import traceback  # pylint: disable=g-import-not-at-top
+
+  ours = (os.path.dirname(__file__), os.sep + "tunix" + os.sep)
+  frames = [f for f in traceback.extract_tb(error.__traceback__)
+            if not any(part in f.filename for part in ours)]
+  if frames:
+    print("".join(traceback.format_list(frames)).rstrip(), file=sys.stderr, flush=True)
 
 
 def _stopped(stop, work: epath.Path, step: int) -> int:

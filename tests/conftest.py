@@ -43,11 +43,12 @@ def cli_env(devices: int = 1) -> dict[str, str]:
 
 
 def run_cli(args: list[str], *, devices: int = 1, timeout: int = 600,
-            check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+            check: bool = True, env: dict[str, str] | None = None,
+            **kwargs) -> subprocess.CompletedProcess:
   """Runs `python -m gemma_grpo.cli ARGS` in the repo, capturing output."""
   proc = subprocess.run(
       [sys.executable, "-m", "gemma_grpo.cli", *args],
-      cwd=REPO, env=cli_env(devices), capture_output=True, text=True,
+      cwd=REPO, env={**cli_env(devices), **(env or {})}, capture_output=True, text=True,
       timeout=timeout, check=False, **kwargs,
   )
   if check and proc.returncode != 0:
@@ -76,3 +77,84 @@ def gsm8k_test_path() -> pathlib.Path:
   if not path.exists():
     pytest.skip(f"{path} not present")
   return path
+
+
+def free_port() -> int:
+  import socket  # pylint: disable=g-import-not-at-top
+
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def start_processes(args: list[str], *, num_processes: int = 2, devices: int = 4,
+                    env: dict[str, str] | None = None, logdir: pathlib.Path,
+                    extra_args: dict[int, list[str]] | None = None) -> list:
+  """Starts `gemma-grpo ARGS` as the processes of one JAX runtime on localhost.
+
+  Each process gets `devices` simulated CPU devices and its rank by flags;
+  its stdout and stderr go to logdir/p<rank>.{out,err}. Returns the Popens.
+  """
+  coordinator = f"localhost:{free_port()}"
+  logdir.mkdir(parents=True, exist_ok=True)
+  procs = []
+  for rank in range(num_processes):
+    proc_env = cli_env(devices)
+    proc_env.update(env or {})
+    procs.append(subprocess.Popen(
+        [sys.executable, "-m", "gemma_grpo.cli", *args, *(extra_args or {}).get(rank, []),
+         "--coordinator", coordinator,
+         "--num-processes", str(num_processes), "--process-id", str(rank)],
+        cwd=REPO, env=proc_env, stdout=open(logdir / f"p{rank}.out", "w"),
+        stderr=open(logdir / f"p{rank}.err", "w"), text=True))
+  return procs
+
+
+def wait_all(procs, timeout: float) -> list[int]:
+  """Exit codes of `procs`; kills every one still running after `timeout` s."""
+  import time  # pylint: disable=g-import-not-at-top
+
+  deadline = time.monotonic() + timeout
+  codes = []
+  for proc in procs:
+    try:
+      codes.append(proc.wait(timeout=max(deadline - time.monotonic(), 0.1)))
+    except subprocess.TimeoutExpired:
+      for p in procs:
+        p.kill()
+      raise AssertionError(f"processes still running after {timeout} s") from None
+  return codes
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+  """A local GCS API server (tests/gcs_server.py) holding bucket `test-bucket`.
+
+  Yields the environment that points gcsfs, google-cloud-storage and
+  TensorStore at it; set in this process too, for in-process checks.
+  """
+  import time  # pylint: disable=g-import-not-at-top
+  import urllib.request  # pylint: disable=g-import-not-at-top
+
+  port = free_port()
+  data = tmp_path_factory.mktemp("gcs")
+  proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "gcs_server.py"), str(port),
+                           str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  url = f"http://localhost:{port}"
+  for _ in range(100):
+    try:
+      urllib.request.urlopen(url + "/", timeout=1)
+      break
+    except OSError:
+      time.sleep(0.1)
+  env = {"STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url,
+         "GOOGLE_CLOUD_PROJECT": "test-project"}
+  saved = {k: os.environ.get(k) for k in env}
+  os.environ.update(env)
+  yield env
+  for key, value in saved.items():
+    if value is None:
+      os.environ.pop(key, None)
+    else:
+      os.environ[key] = value
+  proc.kill()

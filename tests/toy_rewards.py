@@ -15,3 +15,13 @@ def vowel_share(prompts, completions, answer, **unused):
     letters = [ch for ch in str(completion).lower() if ch.isalpha()]
     scores.append(sum(ch in "aeiou" for ch in letters) / max(len(letters), 1))
   return scores
+
+
+def fails_in_process_1(prompts, completions, answer, **unused):
+  """Raises in JAX process 1 only: a fault that one process of a run meets alone."""
+  del prompts, answer, unused
+  import jax  # pylint: disable=g-import-not-at-top
+
+  if jax.process_index() == 1:
+    raise ValueError("bad input")
+  return [0.0] * len(completions)
