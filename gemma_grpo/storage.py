@@ -1,7 +1,8 @@
 """Where a run's files live: a local directory or a `gs://` URL, one interface.
 
-Every path a run reads or writes is an `etils.epath.Path`: a local path is an
-ordinary file (made absolute: Orbax refuses relative ones); a `gs://` URL goes
+Every path a run reads or writes comes from `path()`: a local path is an
+absolute pathlib.Path (Orbax refuses relative ones); a `gs://` URL, an
+etils.epath.Path, goes
 through fsspec's gcsfs for our own files, while checkpoints go through Orbax
 and TensorStore, which speak GCS themselves. Object stores have no append and
 no rename of directories, so the few files we grow (metrics.jsonl) are
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import io
 import os
+import pathlib
 from typing import Union
 
 from etils import epath
@@ -30,14 +32,16 @@ def is_remote(path: PathLike) -> bool:
 
 
 def path(location: PathLike) -> epath.Path:
-  """`location` as an epath.Path: a URL as given, a local path absolute."""
+  """`location` as a path object: a URL as an epath.Path, a local path as an
+  absolute pathlib.Path (the same interface, plus what epath leaves out for
+  object stores, such as recursive globs)."""
   text = os.fspath(location)
   if is_remote(text):
     if not text.startswith("gs://"):
       raise errors.UserError(
           f"{text}: only local paths and gs:// URLs are supported for work directories")
     return epath.Path(text.rstrip("/"))
-  return epath.Path(os.path.abspath(os.path.expanduser(text)))
+  return pathlib.Path(os.path.abspath(os.path.expanduser(text)))
 
 
 def check_writable(work: epath.Path, flag: str = "--workdir") -> None:

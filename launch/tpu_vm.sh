@@ -449,6 +449,12 @@ case "${1:-}" in
       export HF_TOKEN
     fi
     export PYTHONUNBUFFERED=1
+    # Several hosts in the slice: the trainer joins them with
+    # jax.distributed.initialize(), which reads ranks from the metadata server.
+    endpoints="$(curl -sf --max-time 10 -H 'Metadata-Flavor: Google' \
+      http://metadata.google.internal/computeMetadata/v1/instance/attributes/worker-network-endpoints \
+      2>/dev/null)" || endpoints=""
+    if [[ "$endpoints" == *,* ]]; then export GEMMA_GRPO_DISTRIBUTED=1; fi
     echo "[$(date -u +%FT%TZ)] worker $worker: python -m gemma_grpo.train --config $CONFIG" \
       "--workdir $WORKDIR ${OVERRIDES[*]+${OVERRIDES[*]}}"
     cd "$repo" || exit 1
