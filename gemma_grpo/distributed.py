@@ -260,17 +260,6 @@ def largest(value: int) -> int:
   return int(np.asarray(multihost_utils.process_allgather(np.array([value]))).max())
 
 
-def to_host(array):
-  """A jax.Array as numpy, gathered from every process if it spans several."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-
-  if getattr(array, "is_fully_addressable", True) or array.is_fully_replicated:
-    return np.asarray(array)
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-
-  return np.asarray(multihost_utils.process_allgather(array, tiled=True))
-
-
 def report_failure_and_exit(line: str, code: int) -> None:
   """Tells the other processes why this one stops, then exits at once.
 
