@@ -51,6 +51,7 @@ _ACK_KEY = "gemma_grpo/acknowledged/{}"
 _BEAT_KEY = "gemma_grpo/beat/{}"
 _DONE_KEY = "gemma_grpo/done/{}"
 _watchdog: "Watchdog | None" = None
+_before_exit: list = []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +160,10 @@ def initialize(rank: Rank) -> None:
         f"could not join the other processes through {where} ({type(e).__name__}:"
         f" {first}); check that every process got the same coordinator and process"
         " count and that process 0 is running") from None
+  # One line per process, so a log shows how the run was joined.
+  print(f"jax.distributed: process {jax.process_index()} of {jax.process_count()}"
+        f" (rank from {rank.source}), {jax.device_count()} devices, {jax.local_device_count()}"
+        " of them here", file=sys.stderr, flush=True)
   global _watchdog
   _watchdog = Watchdog(_client(), jax.process_index(), jax.process_count())
   _watchdog.start()
@@ -294,7 +299,18 @@ def _wait_for_acknowledgements(client, processes: list[int]) -> None:
   time.sleep(0.5)  # they exit right after acknowledging
 
 
+def before_hard_exit(callback) -> None:
+  """Runs `callback()` when this module ends the process with os._exit
+  (which skips `finally` blocks and atexit), e.g. to release a lease."""
+  _before_exit.append(callback)
+
+
 def _exit(code: int) -> None:
+  for callback in _before_exit:
+    try:
+      callback()
+    except Exception:  # pylint: disable=broad-exception-caught
+      pass  # exiting anyway; the lease then expires by itself
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(code)  # pylint: disable=protected-access

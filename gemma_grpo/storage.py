@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import os
 import pathlib
+import uuid
 from typing import Union
 
 from etils import epath
@@ -52,7 +53,8 @@ def check_writable(work: epath.Path, flag: str = "--workdir") -> None:
   """
   if not is_remote(work):
     return
-  probe = work / ".gemma-grpo-write-probe"
+  # Unique: two processes probing one directory at once must not delete each other's.
+  probe = work / f".gemma-grpo-write-probe-{uuid.uuid4().hex}"
   try:
     probe.write_text("ok")
     probe.unlink()

@@ -7,7 +7,8 @@ command resumes from the latest checkpoint in the work directory, data
 position and sampling keys included, so an interrupted run continues exactly
 as the uninterrupted one would have.
 
-Exit codes: 0 done; 2 bad input (one `error:` line per problem); 3 NaN/Inf in
+Exit codes: 0 done; 2 bad input (one `error:` line per problem), or the work
+directory is in use by another trainer (gemma_grpo.workdir_lock); 3 NaN/Inf in
 training (the last good checkpoint is kept); 4 another process of a
 multi-process run failed or vanished (see gemma_grpo.distributed); 5 a reward
 function raised (the last good checkpoint is kept); 128+N stopped by signal N
@@ -31,6 +32,7 @@ from gemma_grpo import config as config_lib
 from gemma_grpo import distributed
 from gemma_grpo import errors
 from gemma_grpo import storage
+from gemma_grpo import workdir_lock
 
 EXIT_NONFINITE = 3
 EXIT_REWARD_FUNCTION = 5
@@ -276,12 +278,16 @@ def command(argv: list[str] | None, *, prog: str, doc: str,
       distributed.check_same(
           "the config or --workdir", c.to_json_best_effort(sort_keys=True) + workdir,
           "start every process with the same --config, overrides and --workdir")
-      try:
-        code = run(c, workdir)
-      except KeyboardInterrupt:
-        print("interrupted (second Ctrl-C): no checkpoint was written for the"
-              " step in progress", file=sys.stderr, flush=True)
-        code = 128 + signal.SIGINT
+      # Process 0 holds the lease for all; a refusal there stops every process.
+      with workdir_lock.held(storage.path(workdir), take=distributed.is_chief()) as lease:
+        if lease is not None:
+          distributed.before_hard_exit(lease.release)
+        try:
+          code = run(c, workdir)
+        except KeyboardInterrupt:
+          print("interrupted (second Ctrl-C): no checkpoint was written for the"
+                " step in progress", file=sys.stderr, flush=True)
+          code = 128 + signal.SIGINT
     return distributed.finish(code)
 
 

@@ -12,6 +12,7 @@ import math
 import pathlib
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from gemma_grpo import checkpoints
 from gemma_grpo import errors
 from gemma_grpo import metrics
 from gemma_grpo import train
+from gemma_grpo import workdir_lock
 
 TINY = ["--config", "configs/tiny.py"]
 
@@ -325,6 +327,12 @@ def preempted(tmp_path_factory):
   env["HF_TOKEN"] = SENTINEL
   ref_proc = start(RUN_ARGS, reference, env)
   proc = start(RUN_ARGS, resumed)
+  # A second trainer on the same directory while the first one loads.
+  lock = resumed / workdir_lock.LOCK_NAME
+  deadline = time.time() + 120
+  while not lock.exists() and proc.poll() is None and time.time() < deadline:
+    time.sleep(0.1)
+  intruder = run_cli(["train", *RUN_ARGS, "--workdir", str(resumed)], check=False, timeout=300)
   # Step k's row is written at the end of step k + 1: once row 1 is there, step
   # 2 is done and step 3 may have started. The stop lands after step 2 or 3.
   deadline = time.time() + 600
@@ -341,7 +349,8 @@ def preempted(tmp_path_factory):
   return dict(
       reference=reference, resumed=resumed, ref_code=ref_code, ref_out=ref_out, ref_err=ref_err,
       stop_code=stop_code, stop_out=stop_out, stop_err=stop_err, stopped_steps=stopped_steps,
-      stopped_rows=stopped_rows, resume=resume,
+      stopped_rows=stopped_rows, resume=resume, intruder=intruder, first_pid=proc.pid,
+      lock_after_stop=lock.exists(),
   )
 
 
@@ -354,6 +363,18 @@ def test_sigterm_checkpoints_and_exits_143(preempted):
   assert preempted["stopped_rows"] == list(range(1, step + 1))  # every finished step logged
   assert checkpoints.problem(preempted["resumed"], step) is None  # whole, not mid-write
   assert not list(checkpoints.actor_dir(preempted["resumed"]).glob("*tmp*"))
+
+
+def test_a_second_trainer_on_a_live_workdir_is_refused_in_one_line(preempted):
+  intruder = preempted["intruder"]
+  assert intruder.returncode == 2, intruder.stderr[-3000:]
+  [line] = [line for line in intruder.stderr.splitlines() if line.startswith("error:")]
+  assert (f"error: --workdir {preempted['resumed']} is in use by another trainer:"
+          f" pid {preempted['first_pid']} on host {socket.gethostname()}, since ") in line
+  assert "Traceback" not in intruder.stderr
+  # The first trainer was not disturbed, and released the lease when it stopped.
+  assert preempted["stop_code"] == 128 + signal.SIGTERM
+  assert not preempted["lock_after_stop"]
 
 
 def test_rerun_resumes_to_the_end(preempted):
