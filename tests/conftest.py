@@ -126,6 +126,23 @@ def wait_all(procs, timeout: float) -> list[int]:
   return codes
 
 
+# Two processes, 4 simulated CPU devices each, one (fsdp=4, tp=2) mesh over all 8.
+TWO_PROCESS_ARGS = ("--config", "configs/tiny.py", *LEARNING, "--config.train.batch_size=4",
+                    "--config.mesh.fsdp=4", "--config.mesh.tp=2", "--config.train.max_steps=4")
+
+
+@pytest.fixture(scope="session")
+def two_processes_four_steps(tmp_path_factory) -> pathlib.Path:
+  """The work directory of an uninterrupted 4-step run of two processes
+  (TWO_PROCESS_ARGS), the reference for interrupted ones; read-only."""
+  root = tmp_path_factory.mktemp("two_processes")
+  procs = start_processes(["train", *TWO_PROCESS_ARGS, "--workdir", str(root / "run")],
+                          logdir=root / "logs")
+  codes = wait_all(procs, timeout=600)
+  assert codes == [0, 0], [(root / "logs" / f"p{r}.err").read_text()[-3000:] for r in range(2)]
+  return root / "run"
+
+
 @pytest.fixture(scope="session")
 def gcs_server(tmp_path_factory):
   """A local GCS API server (tests/gcs_server.py) holding bucket `test-bucket`.
