@@ -46,10 +46,11 @@ STALE_AFTER_S = 20.0
 JAX_HEARTBEAT_TIMEOUT_S = 60
 # A process that failed waits this long for the others to read its report.
 _REPORT_GRACE_S = 5.0
-_FAILED_KEY = "gemma_grpo/failed"
-_ACK_KEY = "gemma_grpo/acknowledged/{}"
-_BEAT_KEY = "gemma_grpo/beat/{}"
-_DONE_KEY = "gemma_grpo/done/{}"
+_PREFIX = "gemma_grpo/"
+_FAILED_KEY = _PREFIX + "failed"
+_ACK_KEY = _PREFIX + "acknowledged/{}"
+_BEAT_KEY = _PREFIX + "beat/{}"
+_DONE_KEY = _PREFIX + "done/{}"
 _watchdog: "Watchdog | None" = None
 _before_exit: list = []
 
@@ -193,9 +194,27 @@ def failures_reported():
     code = e.code if isinstance(e.code, int) else 1
     report_failure_and_exit(f"exited with status {code}", code)
   except BaseException as e:  # pylint: disable=broad-exception-caught
-    traceback.print_exc()
     first = (str(e).strip().splitlines() or [""])[0][:200]
+    if _lost_a_peer(e):
+      # The other side of a collective is gone. If it failed and said why, the
+      # watchdog reads that within a second and exits with its line; else ours.
+      time.sleep(_REPORT_GRACE_S / 2)
+      line = (f"a collective with the other processes failed ({first}): another process"
+              " stopped or its host is unreachable; stopping this process too")
+      print(f"error: {line}", file=sys.stderr, flush=True)
+      report_failure_and_exit(line, EXIT_PEER_FAILED)
+    traceback.print_exc()
     report_failure_and_exit(f"{type(e).__name__}: {first}", 1)
+
+
+# How a collective reports a peer that went away: gloo (CPU) and NCCL (GPU).
+_PEER_LOSS_SIGNS = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                    "NCCL operation", "ncclRemoteError")
+
+
+def _lost_a_peer(error: BaseException) -> bool:
+  text = str(error)
+  return type(error).__name__ == "JaxRuntimeError" and any(s in text for s in _PEER_LOSS_SIGNS)
 
 
 def finish(code: int) -> int:
@@ -353,22 +372,25 @@ class Watchdog(threading.Thread):
       beat += 1
       try:
         self._client.key_value_set(_BEAT_KEY.format(self._me), str(beat), allow_overwrite=True)
-        failed = _try_get(self._client, _FAILED_KEY)
-        beats = {p: _try_get(self._client, _BEAT_KEY.format(p)) for p in self._peers
-                 if not _try_get(self._client, _DONE_KEY.format(p))}
+        # One read of every key of ours: two calls a second per process, however many
+        # processes (reading each peer's keys would load process 0 quadratically).
+        keys = dict(self._client.key_value_dir_get(_PREFIX))
+        failed = keys.get(_FAILED_KEY)
+        beats = {p: keys.get(_BEAT_KEY.format(p)) for p in self._peers
+                 if _DONE_KEY.format(p) not in keys}
       except Exception as e:  # pylint: disable=broad-exception-caught
         if self._closed.is_set():
           return
         if self._me == 0:
-          self._stop(f"the coordination service failed ({type(e).__name__}: "
+          self._fail(f"the coordination service failed ({type(e).__name__}: "
                      f"{(str(e).splitlines() or [''])[0][:160]})")
           return
-        self._stop(f"lost contact with process 0, which hosts the coordination service"
+        self._fail(f"lost contact with process 0, which hosts the coordination service"
                    f" ({type(e).__name__}); it has stopped or its host is unreachable")
         return
       if self._closed.is_set():
         return
-      if failed:
+      if failed and not failed.startswith(f"process {self._me}:"):  # not our own report
         try:
           self._client.key_value_set(_ACK_KEY.format(self._me), "1", allow_overwrite=True)
         except Exception:  # pylint: disable=broad-exception-caught
@@ -386,11 +408,11 @@ class Watchdog(threading.Thread):
         if value != last_value:
           seen[p] = (value, now)
         elif value is not None and now - since > self._stale_after:
-          self._stop(f"process {p} stopped responding (no heartbeat for"
+          self._fail(f"process {p} stopped responding (no heartbeat for"
                      f" {now - since:.0f} s: killed, or its host is down); stopping")
           return
       self._closed.wait(self._poll)
 
-  def _stop(self, line: str) -> None:
+  def _fail(self, line: str) -> None:
     print(f"error: {line}", file=sys.stderr, flush=True)
     _exit(EXIT_PEER_FAILED)

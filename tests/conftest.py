@@ -4,6 +4,7 @@ XLA_FLAGS must be set before JAX is imported anywhere, which is why it lives
 here. Subprocess runs of the CLI get a single device unless a test asks.
 """
 
+import dataclasses
 import os
 import pathlib
 import subprocess
@@ -131,16 +132,41 @@ TWO_PROCESS_ARGS = ("--config", "configs/tiny.py", *LEARNING, "--config.train.ba
                     "--config.mesh.fsdp=4", "--config.mesh.tp=2", "--config.train.max_steps=4")
 
 
+@dataclasses.dataclass
+class TwoProcessRun:
+  workdir: pathlib.Path
+  logs: list[str]  # each task's stdout and stderr
+  launcher: subprocess.CompletedProcess
+  srun_args: list[str]
+
+
 @pytest.fixture(scope="session")
-def two_processes_four_steps(tmp_path_factory) -> pathlib.Path:
-  """The work directory of an uninterrupted 4-step run of two processes
-  (TWO_PROCESS_ARGS), the reference for interrupted ones; read-only."""
+def two_processes_four_steps(tmp_path_factory) -> TwoProcessRun:
+  """An uninterrupted 4-step run of two processes (TWO_PROCESS_ARGS), read-only.
+
+  Started the way a SLURM cluster runs it: launch/gpu_cluster.sh submits a
+  batch script to a fake sbatch, whose fake srun starts two local tasks with
+  SLURM's variables (tests/fake_slurm.py), so JAX's SLURM detection ranks
+  them. One run serves three tests: the SLURM rehearsal
+  (test_gpu_cluster), the one-process comparison (test_distributed) and the
+  reference of the interrupted TPU rehearsal (test_tpu_rehearsal).
+  """
+  import fake_slurm  # pylint: disable=g-import-not-at-top
+
   root = tmp_path_factory.mktemp("two_processes")
-  procs = start_processes(["train", *TWO_PROCESS_ARGS, "--workdir", str(root / "run")],
-                          logdir=root / "logs")
-  codes = wait_all(procs, timeout=600)
-  assert codes == [0, 0], [(root / "logs" / f"p{r}.err").read_text()[-3000:] for r in range(2)]
-  return root / "run"
+  fake_slurm.install(root / "bin")
+  env = cli_env(4)
+  env.update(PATH=f"{root / 'bin'}:{env['PATH']}", FAKE_SLURM_LOGS=str(root),
+             FAKE_JOB_ID=str(fake_slurm.job_id_with_a_free_port()))
+  launcher = subprocess.run(
+      ["bash", str(REPO / "launch" / "gpu_cluster.sh"), "slurm", "--nodes", "2",
+       "--gpus-per-node", "0", *TWO_PROCESS_ARGS[:2], "--workdir", str(root / "run"),
+       "--python", sys.executable, "--log-dir", str(root / "logs"), *TWO_PROCESS_ARGS[2:]],
+      cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  logs = [(root / f"task{rank}.log").read_text() for rank in range(2)]
+  assert launcher.returncode == 0, (launcher.stderr[-2000:], [log[-3000:] for log in logs])
+  return TwoProcessRun(root / "run", logs, launcher,
+                       (root / "srun.args").read_text().splitlines())
 
 
 @pytest.fixture(scope="session")

@@ -95,8 +95,8 @@ def _wait_for(path, text, timeout):
 
 def test_two_processes_train_one_mesh_like_one_process(two_processes_four_steps,
                                                        one_process_four_steps):
-  workdir = two_processes_four_steps
-  errs = [_read(workdir.parent / "logs", r, "err") for r in range(2)]
+  workdir = two_processes_four_steps.workdir
+  errs = two_processes_four_steps.logs
   # Only process 0 writes: one events file, each step's row once, one plot line.
   assert len(list((workdir / "tensorboard").glob("events.out.tfevents.*"))) == 1
   lines = (workdir / "tensorboard" / "metrics.jsonl").read_text().splitlines()
@@ -122,14 +122,18 @@ def test_two_processes_train_one_mesh_like_one_process(two_processes_four_steps,
 def test_a_killed_process_stops_the_other_within_the_bound(tmp_path):
   args = [*ARGS, "--workdir", str(tmp_path / "run"), "--config.train.max_steps=50"]
   procs = start_processes(args, logdir=tmp_path)
-  _wait_for(tmp_path / "p0.out", "step 1/50", timeout=300)
+  # Both have joined, built the model and are about to compile the first step
+  # (not waiting for a step keeps the test short; the watchdog is the same).
+  _wait_for(tmp_path / "p1.err", "data: ", timeout=300)
   procs[1].kill()
   killed = time.monotonic()
   code = procs[0].wait(timeout=distributed.STALE_AFTER_S + 60)
   assert time.monotonic() - killed < distributed.STALE_AFTER_S + 60
   assert code == distributed.EXIT_PEER_FAILED
   errors_ = [line for line in _read(tmp_path, 0, "err").splitlines() if line.startswith("error:")]
-  assert len(errors_) == 1 and "process 1 stopped responding" in errors_[0], errors_
+  assert len(errors_) == 1, errors_
+  assert ("process 1 stopped responding" in errors_[0]
+          or "a collective with the other processes failed" in errors_[0]), errors_
   assert "Traceback" not in _read(tmp_path, 0, "err")
 
 
@@ -165,3 +169,76 @@ def test_a_process_count_that_does_not_divide_the_mesh_is_one_line(tmp_path):
   err = _read(tmp_path, 0, "err")
   assert "error: mesh.fsdp=3 x mesh.tp=1 does not fill the 8 available devices" in err
   assert "Traceback" not in err
+
+
+class _KeyValueStore:
+  """The coordination service's key-value calls the watchdog makes, in memory."""
+
+  def __init__(self):
+    self.values, self.reads = {}, 0
+
+  def key_value_set(self, key, value, allow_overwrite=False):
+    if not allow_overwrite and key in self.values:
+      raise RuntimeError(f"ALREADY_EXISTS: {key}")
+    self.values[key] = value
+
+  def key_value_dir_get(self, prefix):
+    self.reads += 1
+    return [(k, v) for k, v in self.values.items() if k.startswith(prefix)]
+
+  def key_value_try_get(self, key):
+    if key not in self.values:
+      raise RuntimeError(f"NOT_FOUND: {key}")
+    return self.values[key]
+
+
+def _watch(monkeypatch, store, **kw):
+  exits = []
+  monkeypatch.setattr(distributed, "_exit", exits.append)
+  dog = distributed.Watchdog(store, 0, 3, poll=0.05, **kw)
+  dog.start()
+  return dog, exits
+
+
+def test_the_watchdog_stops_this_process_when_a_peer_goes_silent(monkeypatch, capsys):
+  store = _KeyValueStore()
+  store.values.update({"gemma_grpo/beat/1": "7", "gemma_grpo/beat/2": "7"})
+  dog, exits = _watch(monkeypatch, store, stale_after=0.5)
+  for beat in range(8, 30):  # process 2 keeps beating; process 1 never does again
+    store.values["gemma_grpo/beat/2"] = str(beat)
+    time.sleep(0.05)
+  dog.join(timeout=5)
+  assert exits == [distributed.EXIT_PEER_FAILED]
+  assert "error: process 1 stopped responding (no heartbeat for" in capsys.readouterr().err
+  # One read of the whole store per poll, however many peers.
+  assert store.reads <= 30
+
+
+def test_the_watchdog_relays_a_peer_report_and_ignores_its_own(monkeypatch, capsys):
+  store = _KeyValueStore()
+  store.values["gemma_grpo/failed"] = "process 0: error: bad input"
+  dog, exits = _watch(monkeypatch, store, stale_after=60)
+  time.sleep(0.5)
+  assert exits == [] and dog.is_alive()  # its own report: nothing to relay
+  dog.close()
+  dog.join(timeout=5)
+  store = _KeyValueStore()
+  store.values["gemma_grpo/failed"] = "process 2: exited with status 5"
+  monkeypatch.setattr(distributed, "_wait_for_acknowledgements", lambda *a: None)
+  dog, exits = _watch(monkeypatch, store, stale_after=60)
+  dog.join(timeout=5)
+  assert exits == [distributed.EXIT_PEER_FAILED]
+  assert "error: process 2: exited with status 5; stopping this process too" in (
+      capsys.readouterr().err)
+  assert store.values["gemma_grpo/acknowledged/0"] == "1"
+
+
+@pytest.mark.parametrize("message, lost", [
+    ("UNKNOWN: Gloo AllGather failed: [pair.cc:547] Connection closed by peer [127.0.0.1]:1", True),
+    ("INTERNAL: NCCL operation ncclAllReduce failed: remote process exited", True),
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate", False),
+])
+def test_a_collective_that_lost_its_peer_is_told_apart(message, lost):
+  error_type = type("JaxRuntimeError", (RuntimeError,), {})
+  assert distributed._lost_a_peer(error_type(message)) is lost  # pylint: disable=protected-access
+  assert not distributed._lost_a_peer(ValueError(message))  # pylint: disable=protected-access

@@ -1,64 +1,23 @@
 """launch/gpu_cluster.sh: the SLURM and plain-ssh launchers for several GPU hosts.
 
-Dry runs check the commands; one rehearsal runs the SLURM path for real: a fake
-`sbatch` runs the batch script and a fake `srun` starts its tasks as local
-processes with the variables SLURM gives each task, so JAX's own SLURM
-detection joins them (4 simulated CPU devices each, one fsdp=4 tp=2 mesh).
+Dry runs check the commands; the SLURM path runs for real in conftest's
+`two_processes_four_steps`: a fake `sbatch` runs the batch script and a fake
+`srun` starts its tasks as local processes with the variables SLURM gives each
+task (tests/fake_slurm.py), so JAX's own SLURM detection joins them (4
+simulated CPU devices each, one fsdp=4 tp=2 mesh).
 """
 
 import os
-import pathlib
-import random
 import shlex
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from conftest import LEARNING, REPO, cli_env
+from conftest import REPO
 from gemma_grpo import metrics
 
 SCRIPT = REPO / "launch" / "gpu_cluster.sh"
-
-FAKE_SBATCH = r'''#!/usr/bin/env bash
-# Runs the batch script at once, with the variables sbatch would set.
-set -euo pipefail
-nodes="$(sed -n 's/^#SBATCH --nodes=//p' "$1")"
-export SLURM_JOB_ID="$FAKE_JOB_ID" SLURM_NTASKS="$nodes" SLURM_JOB_NUM_NODES="$nodes"
-echo "Submitted batch job $SLURM_JOB_ID"
-exec bash "$1"
-'''
-
-FAKE_SRUN = r'''#!{python}
-"""srun inside a job: SLURM_NTASKS tasks on "localhost", each with its SLURM_* rank."""
-import os, subprocess, sys, time
-args = sys.argv[1:]
-kill_on_bad_exit = "--kill-on-bad-exit=1" in args
-while args and args[0].startswith("--"):
-    args.pop(0)
-tasks = int(os.environ["SLURM_NTASKS"])
-with open(os.path.join(os.environ["FAKE_STATE"], "srun.args"), "w") as f:
-    f.write("\n".join(args))
-procs = []
-for rank in range(tasks):
-    env = dict(os.environ, SLURM_PROCID=str(rank), SLURM_LOCALID="0",
-               SLURM_STEP_NODELIST="localhost", SLURM_STEP_NUM_NODES=str(tasks),
-               SLURM_NODEID=str(rank))
-    log = open(os.path.join(os.environ["FAKE_STATE"], f"task{rank}.log"), "w")
-    procs.append(subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT))
-codes = [None] * tasks
-while None in codes:
-    for i, p in enumerate(procs):
-        if codes[i] is None:
-            codes[i] = p.poll()
-    if kill_on_bad_exit and any(c not in (None, 0) for c in codes):
-        for p in procs:
-            p.kill()
-    time.sleep(0.2)
-sys.exit(max(codes))
-'''
-
 
 def _run(*args, env=None):
   return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
@@ -112,44 +71,13 @@ def test_bad_input_exits_2_in_one_line(args, message):
   assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
-def _job_id_with_a_free_port() -> int:
-  """A job id whose coordinator port (JAX: 61440 + id % 4096) is free here."""
-  for offset in random.sample(range(4096), 4096):
-    with socket.socket() as s:
-      try:
-        s.bind(("localhost", 61440 + offset))
-      except OSError:
-        continue
-    return 4096 * 100 + offset
-  raise AssertionError("no free port in 61440..65535")
-
-
-def test_a_slurm_job_of_two_tasks_trains_one_mesh(tmp_path):
-  bin_dir, state = tmp_path / "bin", tmp_path / "state"
-  bin_dir.mkdir()
-  state.mkdir()
-  (bin_dir / "sbatch").write_text(FAKE_SBATCH)
-  (bin_dir / "srun").write_text(FAKE_SRUN.replace("{python}", sys.executable))
-  for tool in ("sbatch", "srun"):
-    (bin_dir / tool).chmod(0o755)
-  env = cli_env(4)
-  env.update(PATH=f"{bin_dir}:{env['PATH']}", FAKE_STATE=str(state),
-             FAKE_JOB_ID=str(_job_id_with_a_free_port()))
-  workdir = tmp_path / "run"
-  proc = subprocess.run(
-      ["bash", str(SCRIPT), "slurm", "--nodes", "2", "--gpus-per-node", "0",
-       "--config", "configs/tiny.py", "--workdir", str(workdir), "--python", sys.executable,
-       "--log-dir", str(tmp_path / "logs"), *LEARNING, "--config.train.batch_size=4",
-       "--config.mesh.fsdp=4", "--config.mesh.tp=2", "--config.train.max_steps=2"],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-  logs = [(state / f"task{rank}.log").read_text() for rank in range(2)]
-  assert proc.returncode == 0, (proc.stderr[-2000:], [log[-3000:] for log in logs])
-  assert "Submitted batch job" in proc.stdout
+def test_a_slurm_job_of_two_tasks_trains_one_mesh(two_processes_four_steps):
+  run = two_processes_four_steps  # launched by conftest through `gpu_cluster.sh slurm`
+  assert "Submitted batch job" in run.launcher.stdout
+  assert run.srun_args[:3] == [sys.executable, "-m", "gemma_grpo.train"]
   # JAX found both tasks through SLURM's variables: one mesh over 8 devices.
-  for rank, log in enumerate(logs):
+  for rank, log in enumerate(run.logs):
     assert (f"jax.distributed: process {rank} of 2 (rank from cluster), 8 devices, 4 of them"
             " here") in log, log[-2000:]
-  rows = metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
-  assert [row["step"] for row in rows] == [1, 2]
-  assert pathlib.Path(state / "srun.args").read_text().splitlines()[:3] == [
-      sys.executable, "-m", "gemma_grpo.train"]
+  rows = metrics.read_jsonl(run.workdir / "tensorboard" / "metrics.jsonl")
+  assert [row["step"] for row in rows] == [1, 2, 3, 4]

@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import time
 
 from etils import epath
 import pytest
@@ -56,24 +57,26 @@ def test_a_missing_bucket_fails_at_start_in_one_line(gcs_server):
   assert "Traceback" not in proc.stderr
 
 
-def test_train_resume_eval_and_export_from_a_bucket(tmp_path, gcs_server):
-  url = "gs://test-bucket/run"
-  args = ["train", "--config", "configs/tiny.py", *LEARNING, "--workdir", url]
-  run_cli(args, env=gcs_server)
+def test_resume_eval_and_export_from_a_bucket(tmp_path, gcs_server, tiny_run):
+  # A run written into a bucket from the start is rehearsed with two processes
+  # in tests/test_tpu_rehearsal.py; here one process resumes a run that was
+  # copied into a bucket, then eval and export read it there.
+  url = f"gs://test-bucket/run-{time.time_ns()}"
   work = epath.Path(url)
-  assert sorted(p.name for p in (work / "checkpoints" / "actor").iterdir()
-                if p.name.isdigit()) == ["1", "2"]
-  assert list((work / "tensorboard").glob("events.out.tfevents.*"))
-  rows = [json.loads(line) for line in (work / "tensorboard" / "metrics.jsonl").read_text().splitlines()]
-  assert [r["step"] for r in rows] == [1, 2]
-  assert (work / "plots" / "rewards.png").read_bytes()[:4] == b"\x89PNG"
-  assert json.loads((work / "config.json").read_text())["train"]["max_steps"] == 2
-  assert (work / "run.json").exists()
-
+  for local in tiny_run.rglob("*"):
+    if local.is_file():
+      (work / local.relative_to(tiny_run).as_posix()).write_bytes(local.read_bytes())
+  args = ["train", "--config", "configs/tiny.py", *LEARNING, "--workdir", url]
   resumed = run_cli([*args, "--config.train.max_steps=3"], env=gcs_server)
-  assert "Resuming from step 2 in gs://test-bucket/run" in resumed.stderr
+  assert f"Resuming from step 2 in {url}" in resumed.stderr
+  assert sorted(p.name for p in (work / "checkpoints" / "actor").iterdir()
+                if p.name.isdigit()) == ["1", "2", "3"]
   rows = [json.loads(line) for line in (work / "tensorboard" / "metrics.jsonl").read_text().splitlines()]
   assert [r["step"] for r in rows] == [1, 2, 3]
+  assert len(list((work / "tensorboard").glob("events.out.tfevents.*"))) == 2  # one per start
+  assert (work / "plots" / "rewards.png").read_bytes()[:4] == b"\x89PNG"
+  assert json.loads((work / "config.json").read_text())["train"]["max_steps"] == 3
+  assert not (work / "trainer.lock").exists()  # the lease is given back at the end
 
   run_cli(["eval", "--workdir", url, "--data", "reasoning_gym:gsm_symbolic", "--num-test", "2"],
           env=gcs_server)

@@ -117,12 +117,20 @@ def test_run_preempt_watch_resumes_in_the_bucket_to_the_end(tmp_path, gcs_server
     cloud.shut_down()
 
   rows = metrics.read_jsonl(epath.Path(workdir) / "tensorboard" / "metrics.jsonl")
-  reference = metrics.read_jsonl(two_processes_four_steps / "tensorboard" / "metrics.jsonl")
+  reference = metrics.read_jsonl(
+      two_processes_four_steps.workdir / "tensorboard" / "metrics.jsonl")
   assert [r["step"] for r in rows] == [r["step"] for r in reference] == [1, 2, 3, 4]
   for row, ref_row in zip(rows, reference):
     keys = sorted(k for k in ref_row if k.startswith(COMPARED_PREFIXES))
     assert keys
     for key in keys:
       assert row[key] == pytest.approx(ref_row[key], rel=1e-6, abs=1e-9), (row["step"], key)
-  assert [p.name for p in (epath.Path(workdir) / "checkpoints" / "actor").iterdir()
-          if p.name.isdigit()][-1:] == ["4"]
+  work = epath.Path(workdir)
+  saved = sorted(int(p.name) for p in (work / "checkpoints" / "actor").iterdir()
+                 if p.name.isdigit())
+  assert stopped[0] in saved and saved[-1] == 4  # the preemption's checkpoint, and the last
+  # Every file of a run is in the bucket, written by process 0.
+  assert len(list((work / "tensorboard").glob("events.out.tfevents.*"))) == 2  # one per start
+  assert (work / "plots" / "rewards.png").read_bytes()[:4] == b"\x89PNG"
+  assert json.loads((work / "config.json").read_text())["mesh"] == {"fsdp": 4, "tp": 2}
+  assert (work / "run.json").exists() and not (work / "trainer.lock").exists()
