@@ -7,7 +7,8 @@
 (sharded with an index above --max-shard-size), config.json,
 generation_config.json, the run's tokenizer carrying the training chat
 template, and a README.md model card. `--format gguf` writes one GGUF file
-for llama.cpp (plus the model card).
+for llama.cpp: the file itself when --out ends in .gguf, else model.gguf and the
+model card in the --out directory.
 
 LoRA is merged in float32 before any cast (lora.merged_params: W' = W +
 (alpha / r) * A·B in W's axes).
@@ -504,7 +505,13 @@ def export_policy(policy, workdir: str | os.PathLike, out: str | os.PathLike, *,
       files = export_hf(policy, workdir, tmp, dtype=dtype, max_shard_size=max_shard_size)
     else:
       files = export_gguf(policy, workdir, tmp, dtype=dtype)
-    _publish(tmp, out)
+    if fmt == "gguf" and out.suffix.lower() == ".gguf":
+      # `--out model.gguf` names the file itself, as llama.cpp's tools expect;
+      # the model card only comes with a directory.
+      _publish(tmp / GGUF_FILE, out)
+      files = [out.name]
+    else:
+      _publish(tmp, out)
   finally:
     if tmp.exists():
       shutil.rmtree(tmp)
@@ -546,7 +553,9 @@ def main(argv: list[str] | None = None) -> int:
       prog="gemma-grpo export", description=__doc__.splitlines()[0],
   )
   parser.add_argument("--workdir", required=True, help="training run directory or gs:// URL")
-  parser.add_argument("--out", required=True, help="output directory (must be new or empty)")
+  parser.add_argument("--out", required=True,
+                      help="output directory (must be new or empty); with --format gguf, a path"
+                           " ending in .gguf writes that one file")
   parser.add_argument("--step", type=int, help="checkpoint step (default: the latest)")
   parser.add_argument("--dtype", choices=DTYPES, default="float32", help="saved weight dtype (cast after merging)")
   parser.add_argument("--format", choices=FORMATS, default="hf", dest="fmt",

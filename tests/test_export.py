@@ -142,6 +142,8 @@ def exported(tiny_run, tmp_path_factory):
       "gguf": dict(dtype="float32", fmt="gguf"),
   }.items():
     dirs[name] = export.export_policy(policy, tiny_run, root / name, **kwargs)
+  dirs["gguf_file"] = export.export_policy(policy, tiny_run, root / "named" / "policy.gguf",
+                                           dtype="float32", fmt="gguf")
   after = tree_digest(tiny_run)
   ids = policy.loaded.tokenizer.encode(prompts.render_prompt(QUESTION))
   actor = JaxReference(policy.actor, len(ids) + 32)
@@ -400,6 +402,13 @@ def _tiny_hf_tensors(rng) -> dict[str, np.ndarray]:
       "model.layers.0.post_feedforward_layernorm.weight": (32,),
   }
   return {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+
+
+def test_out_ending_in_gguf_is_the_file_itself(exported):
+  path = exported.dirs["gguf_file"]
+  assert path.is_file() and path.name == "policy.gguf"
+  assert [p.name for p in path.parent.iterdir()] == ["policy.gguf"]  # no temporary left
+  assert path.read_bytes() == (exported.dirs["gguf"] / export.GGUF_FILE).read_bytes()
 
 
 @pytest.mark.parametrize("tensor_type", ["F32", "F16", "BF16"])
