@@ -167,6 +167,8 @@ def configure_logging() -> None:
   package = str(pathlib.Path(__file__).parent)
 
   def keep(record: logging.LogRecord) -> bool:
+    if record.getMessage().startswith(_MISLEADING_ABSL_WARNING):
+      return False
     return record.levelno >= logging.WARNING or record.pathname.startswith(package)
 
   logging.getLogger("absl").addFilter(keep)
@@ -175,3 +177,12 @@ def configure_logging() -> None:
   # request is optional (it then uses the plain GCS API) and the run is fine.
   logging.getLogger("gcsfs").addFilter(
       lambda r: not r.getMessage().startswith("Could not determine bucket type"))
+  # transformers warns at import that PyTorch is missing; we only use its
+  # tokenizers and configs, which need no PyTorch.
+  logging.getLogger("transformers").addFilter(
+      lambda r: not r.getMessage().startswith("PyTorch was not found"))
+
+
+# Tunix's memory report skips CPU devices with this warning on every step
+# ("... You might be missing jax[tpu] dependency"): wrong advice on CPU and GPU.
+_MISLEADING_ABSL_WARNING = "Skipping non-TPU device"

@@ -47,3 +47,19 @@ def test_console_line_lists_reward_functions_but_not_aggregates():
          "rewards/train/answer_correct": 1.5, "actor/train/loss": float("nan")}
   line = metrics.console_line(4, 10, row)
   assert line == "step 4/10 | reward 3 | [answer_correct 1.5, format_exact 1.5]"
+
+
+@pytest.mark.parametrize("logger_name, message", [
+    ("absl", "Skipping non-TPU device: cpu. You might be missing jax[tpu] dependency."),
+    ("transformers", "PyTorch was not found. Models won't be available and only tokenizers,"
+                     " configuration and file/data utilities can be used."),
+])
+def test_misleading_dependency_warnings_are_dropped_and_no_others(caplog, logger_name, message):
+  import logging  # pylint: disable=g-import-not-at-top
+
+  metrics.configure_logging()
+  logger = logging.getLogger(logger_name)
+  with caplog.at_level(logging.WARNING):
+    logger.warning(message)
+    logger.warning("a warning a user should see")
+  assert [r.getMessage() for r in caplog.records] == ["a warning a user should see"]
