@@ -246,6 +246,11 @@ def ours_command(*, workdir: pathlib.Path, data: pathlib.Path, model_source: str
   }
   if has_config_key("rollout.ignore_eos"):
     flags["rollout.ignore_eos"] = True
+  # The fixed workload predates the offline default's few-shot prompt and stop text.
+  if has_config_key("data.few_shot"):
+    flags["data.few_shot"] = "()"
+  if has_config_key("rollout.stop_text"):
+    flags["rollout.stop_text"] = ""
   args = [sys.executable, "-m", "gemma_grpo.train", "--config",
           str(REPO / "configs" / "gemma3_270m.py"), "--workdir", str(workdir)]
   args += [f"--config.{k}={v}" for k, v in flags.items()]

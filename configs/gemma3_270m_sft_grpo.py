@@ -18,11 +18,11 @@ with accuracy this low there is no accuracy for format hacking to trade away
 (RESULTS.md checks it did not fall).
 """
 
-from configs import gemma3_270m
+from configs import gemma3_270m_sft
 
 
 def get_config():
-  c = gemma3_270m.get_config()
+  c = gemma3_270m_sft.gsm8k_270m()
   c.model.init_lora_from = "runs/gemma3_270m_sft"
   c.data.source = "gsm8k"
   c.data.num_heldout = 32
