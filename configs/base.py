@@ -53,6 +53,14 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.shuffle_seed = 42
   c.data.reasoning_gym_size = 2000  # problems generated for reasoning_gym:*
   c.data.reasoning_gym_seed = 1234
+  # Fields of the reasoning-gym task's own config (difficulty knobs), e.g.
+  # {"min_terms": 2, "max_value": 20} for simple_equations; empty = its defaults.
+  c.data.reasoning_gym_options = ml_collections.ConfigDict()
+  # Solved examples shown as earlier chat turns before every question, each
+  # (question, reasoning, answer): how a base model learns the answer format
+  # from its prompt. Written in the config, never drawn from the data, so no
+  # example can be a training or held-out problem. () = none.
+  c.data.few_shot = ()
 
   c.rewards = ml_collections.ConfigDict()
   c.rewards.preset = "guarded"  # reference | guarded | math
@@ -100,6 +108,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.kv_cache_size = 1024  # tokens; must hold prompt + completion
   c.rollout.seed = 0  # sampling key for step s is fold_in(seed, s)
   c.rollout.ignore_eos = False  # benchmarks: always generate max_new_tokens
+  # A completion ends right after this text, as at a stop token (vLLM's stop
+  # strings): the rest is neither scored nor trained. For base models that
+  # never emit <end_of_turn> (e.g. "</answer>"); training and eval alike. "" = off.
+  c.rollout.stop_text = ""
   # "grouped": ours (gemma_grpo/rollout.py): one prefill per prompt group,
   # decoding on merged weights; "tunix": Tunix's vanilla sampler.
   c.rollout.engine = "grouped"

@@ -57,4 +57,6 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
     """Tunix's sync (when rollout and actor do not share a model), no anchor."""
     filter_types = (nnx.LoRAParam,)
     self.rollout.update_params(nnx.state(self.actor_trainer.model, filter_types), filter_types)
-    self.global_steps += 1
+    # Steps count optimizer updates (grpo.num_iterations of them per batch),
+    # so a batch's metrics land on the step of its first update.
+    self.global_steps = self.actor_trainer.train_steps

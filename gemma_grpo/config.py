@@ -260,6 +260,13 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
   _check(p, g.algorithm in ALGORITHMS, f"grpo.algorithm={g.algorithm!r}: use one of {ALGORITHMS}")
   _check(p, g.num_generations >= 2, f"grpo.num_generations={g.num_generations}: GRPO needs >= 2 completions per prompt to compare")
   _check(p, g.num_iterations >= 1, f"grpo.num_iterations={g.num_iterations}: must be >= 1")
+  if g.num_iterations > 1:
+    # Steps count updates; a checkpoint inside a batch could not be resumed exactly.
+    for key, value in (("train.max_steps", c.train.max_steps), ("ckpt.every_steps", c.ckpt.every_steps),
+                       ("eval.every_steps", c.eval.every_steps)):
+      _check(p, value % g.num_iterations == 0,
+             f"{key}={value}: must be a multiple of grpo.num_iterations={g.num_iterations}"
+             " (each batch gives that many updates; steps count updates)")
   _check(p, g.beta >= 0, f"grpo.beta={g.beta}: must be >= 0 (0 disables the KL term)")
   _check(p, 0 < g.epsilon < 1, f"grpo.epsilon={g.epsilon}: must be in (0, 1); 0.2 is typical")
   _check(p, g.epsilon_high >= g.epsilon, f"grpo.epsilon_high={g.epsilon_high}: must be >= grpo.epsilon={g.epsilon}")
@@ -306,6 +313,9 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
   _check(p, c.data.num_heldout >= 0, f"data.num_heldout={c.data.num_heldout}: must be >= 0")
   _check(p, c.data.reasoning_gym_size >= 1, f"data.reasoning_gym_size={c.data.reasoning_gym_size}: must be >= 1")
   _check(p, c.data.max_examples >= 0, f"data.max_examples={c.data.max_examples}: must be >= 0 (0 = all)")
+  _check(p, all(isinstance(e, (tuple, list)) and len(e) == 3 and all(isinstance(x, str) for x in e)
+                for e in c.data.few_shot),
+         "data.few_shot: each example must be three strings (question, reasoning, answer)")
   _check(p, c.ckpt.every_steps >= 1, f"ckpt.every_steps={c.ckpt.every_steps}: must be >= 1")
   sft = c.sft
   _check(p, sft.max_steps >= 1, f"sft.max_steps={sft.max_steps}: must be >= 1")

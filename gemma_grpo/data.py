@@ -34,6 +34,19 @@ class Problem:
   question: str
   answer: str  # gold final answer, e.g. "72"
   solution: str = ""  # worked reasoning, when the source has one (for SFT)
+  # Solved (question, reasoning, answer) turns shown before the question.
+  examples: tuple[tuple[str, str, str], ...] = ()
+
+  @property
+  def prompt(self) -> str:
+    """The exact text the policy is given (before <bos>), in training and eval."""
+    return prompts.render_prompt(self.question, examples=self.examples)
+
+
+def with_examples(problems: list[Problem], c: ml_collections.ConfigDict) -> list[Problem]:
+  """The problems with the config's few-shot turns (`data.few_shot`) in their prompt."""
+  examples = tuple(tuple(str(x) for x in e) for e in c.few_shot)
+  return [dataclasses.replace(p, examples=examples) for p in problems]
 
 
 def parse_gsm8k_answer(text: str) -> tuple[str, str]:
@@ -131,13 +144,18 @@ def load_gsm8k_hub(split: str) -> list[Problem]:
   return read_parquet(pathlib.Path(path))
 
 
-def load_reasoning_gym(task: str, size: int, seed: int) -> list[Problem]:
+def load_reasoning_gym(task: str, size: int, seed: int, options: dict | None = None) -> list[Problem]:
+  """`size` problems of a reasoning-gym task; `options` are its config's fields."""
   import reasoning_gym  # pylint: disable=g-import-not-at-top
 
+  options = dict(options or {})
   try:
-    items = reasoning_gym.create_dataset(task, size=size, seed=seed)
-  except ValueError as e:
-    raise errors.UserError(f"data.source=reasoning_gym:{task}: {e}") from None
+    items = reasoning_gym.create_dataset(task, size=size, seed=seed, **options)
+    items = list(items)
+  except (ValueError, TypeError, AssertionError) as e:
+    raise errors.UserError(
+        f"data.source=reasoning_gym:{task} with data.reasoning_gym_options={options}:"
+        f" {e or type(e).__name__}; fix the options (they are the task config's fields)") from None
   problems = []
   for item in items:
     cot = item.get("metadata", {}).get("answer_cot", "")
@@ -146,12 +164,13 @@ def load_reasoning_gym(task: str, size: int, seed: int) -> list[Problem]:
   return problems
 
 
-def load_problems(source: str, *, split: str = "train", size: int = 2000, seed: int = 1234) -> list[Problem]:
+def load_problems(source: str, *, split: str = "train", size: int = 2000, seed: int = 1234,
+                  options: dict | None = None) -> list[Problem]:
   """Every problem of a source, in the source's order."""
   if source == "gsm8k":
     problems = load_gsm8k_hub(split)
   elif source.startswith("reasoning_gym:"):
-    problems = load_reasoning_gym(source.split(":", 1)[1], size, seed)
+    problems = load_reasoning_gym(source.split(":", 1)[1], size, seed, options)
   else:
     problems = read_file(pathlib.Path(os.path.expanduser(source)))
   if not problems:
@@ -161,7 +180,7 @@ def load_problems(source: str, *, split: str = "train", size: int = 2000, seed: 
 
 def fit_prompts(problems: list[Problem], tokenizer, max_prompt_length: int) -> list[Problem]:
   """Drops (and counts) problems whose prompt exceeds the limit, never truncates."""
-  kept = [p for p in problems if len(tokenizer.encode(prompts.render_prompt(p.question))) <= max_prompt_length]
+  kept = [p for p in problems if len(tokenizer.encode(p.prompt)) <= max_prompt_length]
   dropped = len(problems) - len(kept)
   if dropped:
     logging.warning("Dropped %d of %d problems longer than rollout.max_prompt_length=%d tokens", dropped, len(problems), max_prompt_length)
@@ -182,8 +201,9 @@ class Splits:
 
 def build_splits(c: ml_collections.ConfigDict, tokenizer, max_prompt_length: int) -> Splits:
   """Shuffled (seeded) problems, the first `num_heldout` kept out of training."""
-  problems = load_problems(c.source, split=c.split, size=c.reasoning_gym_size, seed=c.reasoning_gym_seed)
-  fitted = fit_prompts(problems, tokenizer, max_prompt_length)
+  problems = load_problems(c.source, split=c.split, size=c.reasoning_gym_size,
+                           seed=c.reasoning_gym_seed, options=c.reasoning_gym_options.to_dict())
+  fitted = fit_prompts(with_examples(problems, c), tokenizer, max_prompt_length)
   random.Random(c.shuffle_seed).shuffle(fitted)
   heldout, train = fitted[:c.num_heldout], fitted[c.num_heldout:]
   if c.max_examples:
@@ -199,7 +219,7 @@ def build_splits(c: ml_collections.ConfigDict, tokenizer, max_prompt_length: int
 def to_batch(problems: list[Problem]) -> dict[str, np.ndarray]:
   """Tunix's learner wants numpy columns; lists break inside it."""
   return {
-      "prompts": np.array([prompts.render_prompt(p.question) for p in problems]),
+      "prompts": np.array([p.prompt for p in problems]),
       "answer": np.array([p.answer for p in problems]),
   }
 

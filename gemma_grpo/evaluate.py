@@ -62,7 +62,6 @@ import numpy as np
 
 from gemma_grpo import data as data_lib
 from gemma_grpo import errors
-from gemma_grpo import prompts
 from gemma_grpo import rewards
 
 # generate(prompts) -> (completions, truncated flags[, generated token counts])
@@ -110,6 +109,41 @@ def majority_vote(samples: Sequence[dict]) -> dict | None:
   return next(s for key, s in first.items() if counts[key] == top)
 
 
+def paired_bootstrap(base_BxP: Sequence[float], new_BxP: Sequence[float], *,
+                     resamples: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
+  """(mean difference, 2.5th, 97.5th percentile) of new - base over problems.
+
+  Both score the same problems (in the same order); problems are resampled
+  with replacement, keeping each problem's pair together, so the interval
+  reflects which problems happened to be drawn, not sampling noise alone.
+  """
+  diff_P = np.asarray(new_BxP, dtype=np.float64) - np.asarray(base_BxP, dtype=np.float64)
+  if diff_P.ndim != 1 or not len(diff_P):
+    raise ValueError("paired_bootstrap needs two equal-length, non-empty score lists")
+  picks_RxP = np.random.default_rng(seed).integers(0, len(diff_P), (resamples, len(diff_P)))
+  means_R = diff_P[picks_RxP].mean(axis=1)
+  return float(diff_P.mean()), float(np.percentile(means_R, 2.5)), float(np.percentile(means_R, 97.5))
+
+
+def per_problem_accuracy(samples: Sequence[dict]) -> dict[str, float]:
+  """question -> share of its samples that are correct."""
+  scores = collections.defaultdict(list)
+  for s in samples:
+    scores[s["question"]].append(float(s["correct"]))
+  return {q: float(np.mean(v)) for q, v in scores.items()}
+
+
+def paired_accuracy_line(base_samples: Sequence[dict], samples: Sequence[dict]) -> str | None:
+  """The accuracy difference with its 95% paired-bootstrap interval, if the problems pair up."""
+  base, new = per_problem_accuracy(base_samples), per_problem_accuracy(samples)
+  if set(base) != set(new):
+    return None
+  questions = sorted(new)
+  diff, low, high = paired_bootstrap([base[q] for q in questions], [new[q] for q in questions])
+  return (f"accuracy difference {diff * 100:+.1f} points, 95% paired-bootstrap interval"
+          f" [{low * 100:+.1f}, {high * 100:+.1f}] over {len(questions)} problems")
+
+
 def sample_sizes(n: int) -> list[int]:
   """1, 2, 4, ... below n, then n: the j of pass@j and maj@j."""
   sizes = [1 << i for i in range(n.bit_length()) if 1 << i < n]
@@ -143,7 +177,7 @@ def score(problems: Sequence[data_lib.Problem], completions: Sequence[str],
     raise ValueError(f"{len(completions)} completions for {len(problems)} problems x {k} samples")
   if reward_fns is None:
     reward_fns = rewards.build_reward_fns(rewards.DEFAULT_PRESET)
-  rendered = [prompts.render_prompt(p.question) for p in problems for _ in range(k)]
+  rendered = [p.prompt for p in problems for _ in range(k)]
   golds = [p.answer for p in problems for _ in range(k)]
   reward_values = {
       fn.__name__: fn(prompts=rendered, completions=list(completions), answer=golds)
@@ -213,7 +247,7 @@ def run(generate: GenerateFn, problems: Sequence[data_lib.Problem],
   completions, truncated, num_tokens = [], [], []
   for start in range(0, len(problems), batch_size):
     chunk = problems[start:start + batch_size]
-    texts, cuts, *counts = generate([prompts.render_prompt(p.question) for p in chunk])
+    texts, cuts, *counts = generate([p.prompt for p in chunk])
     completions.extend(texts)
     truncated.extend(cuts)
     if counts and num_tokens is not None:
@@ -278,7 +312,10 @@ def _parser() -> argparse.ArgumentParser:
   which.add_argument("--step", type=int, help="checkpoint step of --workdir")
   which.add_argument("--model", help="model source: gguf:gemma-3-270m | hf:<repo> | HF dir | random")
   on = p.add_argument_group("data")
-  on.add_argument("--data", default="gsm8k", help="gsm8k (hub) | GSM8K-format .jsonl/.parquet | reasoning_gym:<task>")
+  on.add_argument("--data", help="gsm8k (hub) | GSM8K-format .jsonl/.parquet | reasoning_gym:<task>"
+                  " (default: the config's data.source when it is gsm8k, whose test split is"
+                  " then used, or reasoning_gym:<task>, whose problems then come from past"
+                  " the training range)")
   on.add_argument("--split", help="split of --data gsm8k (default test)")
   on.add_argument("--num-test", type=int, help="the first N problems (default all)")
   how = p.add_argument_group("decoding (default greedy; defaults from the config)")
@@ -423,6 +460,16 @@ def contamination(target: Target, data_source: str, split: str | None) -> str | 
   return None
 
 
+def default_data(c) -> str:
+  """--data when none is given: the config's own source, never its training problems."""
+  source = c.data.source
+  if source == "gsm8k" or source.startswith("reasoning_gym:"):
+    return source
+  raise errors.UserError(
+      f"--data: required, because data.source={source!r} is a file of training"
+      " problems; pass the matching test file (or gsm8k, reasoning_gym:<task>)")
+
+
 def _load_problems(args, c) -> tuple[list[data_lib.Problem], dict[str, Any]]:
   """The first --num-test problems of --data, and their description."""
   source = args.data
@@ -440,7 +487,10 @@ def _load_problems(args, c) -> tuple[list[data_lib.Problem], dict[str, Any]]:
     seed = c.data.reasoning_gym_seed + c.data.reasoning_gym_size
     size = args.num_test or c.data.reasoning_gym_size
     info.update(seed=seed, size=size)
-    problems = data_lib.load_problems(source, size=size, seed=seed)
+    # The run's difficulty knobs belong to its own task only.
+    options = c.data.reasoning_gym_options.to_dict() if source == c.data.source else {}
+    info["options"] = options
+    problems = data_lib.load_problems(source, size=size, seed=seed, options=options)
   else:
     path = pathlib.Path(source).expanduser()
     if not path.is_file():
@@ -450,6 +500,8 @@ def _load_problems(args, c) -> tuple[list[data_lib.Problem], dict[str, Any]]:
     info["path"] = str(path.resolve())
     problems = data_lib.load_problems(str(path))
   info["num_loaded"] = len(problems)
+  info["few_shot"] = len(c.data.few_shot)
+  problems = data_lib.with_examples(problems, c.data)
   return problems[:args.num_test] if args.num_test else problems, info
 
 
@@ -478,6 +530,14 @@ def _read_report(path: pathlib.Path) -> dict:
   if not isinstance(report.get("metrics"), dict):
     raise errors.UserError(f"--compare {path}: {file} has no metrics; is it a gemma-grpo eval.json?")
   return report
+
+
+def _read_samples(path: pathlib.Path) -> list[dict] | None:
+  """The samples.jsonl beside a baseline's eval.json, if there is one."""
+  file = (path if path.is_dir() else path.parent) / SAMPLES_FILE
+  if not file.is_file():
+    return None
+  return [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
 
 
 def _compare_baseline(x: str, c):
@@ -524,9 +584,11 @@ def evaluate(target: Target, c, plan: Plan, mesh, *,
   generator = generation.Generator(
       model, tokenizer, mesh, max_prompt_length=plan.max_prompt_length,
       max_new_tokens=plan.decoding.max_new_tokens, stop_token_ids=stop_ids,
+      stop_text=c.rollout.stop_text, engine=c.rollout.engine,
+      lora_scale=c.lora.alpha / c.lora.rank,
   )
   kept = [p for p in plan.problems
-          if generator.prompt_length(prompts.render_prompt(p.question)) <= plan.max_prompt_length]
+          if generator.prompt_length(p.prompt) <= plan.max_prompt_length]
   dropped = len(plan.problems) - len(kept)
   if not kept:
     raise errors.UserError(
@@ -535,7 +597,7 @@ def evaluate(target: Target, c, plan: Plan, mesh, *,
   loaded_s = time.perf_counter() - start
 
   k = plan.num_samples
-  rendered = [prompts.render_prompt(p.question) for p in kept for _ in range(k)]
+  rendered = [p.prompt for p in kept for _ in range(k)]
   start = time.perf_counter()
   out = generator.generate(rendered, plan.decoding, batch_size=plan.batch_size,
                            progress=sys.stderr.isatty())
@@ -560,7 +622,8 @@ def evaluate(target: Target, c, plan: Plan, mesh, *,
                        "top_p": None if d.greedy else d.top_p,
                        "top_k": None if d.greedy else d.top_k,
                        "seed": None if d.greedy else d.seed,
-                       "batch_size": plan.batch_size, "stop_token_ids": stop_ids},
+                       "batch_size": plan.batch_size, "stop_token_ids": stop_ids,
+                       "stop_text": c.rollout.stop_text, "engine": c.rollout.engine},
           "rewards": {"preset": plan.reward_config.preset,
                       "functions": [fn.__name__ for fn in plan.reward_fns()]},
       },
@@ -649,6 +712,8 @@ def main(argv: list[str] | None = None) -> int:
   with errors.exit_on_user_error():
     args, overrides = _parser().parse_known_args(argv)
     target, c = _target_and_config(args, overrides)
+    if args.data is None:
+      args.data = default_data(c)
     decoding, k = _decoding(args, c)
     problems, data_info = _load_problems(args, c)
     try:
@@ -675,6 +740,7 @@ def main(argv: list[str] | None = None) -> int:
       mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
       mesh = mesh_lib.make_mesh(c.mesh)
       # Every process decodes the same problems; process 0 writes the files.
+      b_samples = None
       if base_target is not None:
         b_target, b_config = base_target
         b_reason = contamination(b_target, args.data, data_info.get("split"))
@@ -700,6 +766,10 @@ def main(argv: list[str] | None = None) -> int:
   else:
     label = args.compare if len(args.compare) <= 40 else "..." + args.compare[-37:]
     print(table(report["metrics"], base_report["metrics"], label))
+    if b_samples is None:
+      b_samples = _read_samples(pathlib.Path(args.compare).expanduser())
+    paired = paired_accuracy_line(b_samples, samples) if b_samples else None
+    print(paired or "note: the baseline scored other problems; no paired interval")
     diffs = _setting_differences(base_report, report)
     if diffs:
       print(f"note: the baseline was evaluated differently: {'; '.join(diffs)}")

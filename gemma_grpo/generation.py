@@ -1,8 +1,10 @@
-"""Batched greedy or sampled generation with Tunix's Sampler on a loaded model.
+"""Batched greedy or sampled generation for `gemma-grpo eval`.
 
-It serves `gemma-grpo eval` and the in-training evaluation (training
-rollouts use gemma_grpo.rollout unless rollout.engine=tunix; evaluation stays on
-Tunix's sampler so that earlier eval results reproduce token for token). Every batch has the same shape (prompts left-padded to
+It decodes with the run's rollout engine (`rollout.engine`): by default
+gemma_grpo.rollout, the engine of training rollouts and of the in-training
+eval, so `gemma-grpo eval` of a checkpoint gives the completions the training
+run's own eval gave (tests/test_generation.py checks it token for token);
+with rollout.engine=tunix, Tunix's Sampler. Every batch has the same shape (prompts left-padded to
 `max_prompt_length`, the last batch filled up with copies of its last prompt),
 so XLA compiles once and the same command gives the same tokens every time.
 
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any, Sequence
+
+from gemma_grpo import tokenizer as tokenizer_lib
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -60,13 +64,27 @@ class Generator:
   """
 
   def __init__(self, model, tokenizer, mesh, *, max_prompt_length: int,
-               max_new_tokens: int, stop_token_ids: Sequence[int]):
-    from tunix.generate import sampler as sampler_lib  # pylint: disable=g-import-not-at-top
-
+               max_new_tokens: int, stop_token_ids: Sequence[int], stop_text: str = "",
+               engine: str = "tunix", lora_scale: float = 1.0):
+    """`engine` "grouped" decodes with the training rollout engine
+    (gemma_grpo.rollout, `lora_scale` = alpha / r), as the in-training eval
+    does; "tunix" with Tunix's Sampler."""
     self._mesh = mesh
     self._max_prompt_length = max_prompt_length
     self._max_new_tokens = max_new_tokens
     self._stop_token_ids = list(stop_token_ids)
+    self._stop_text = stop_text
+    self._tokenizer = tokenizer
+    self._engine = engine
+    if engine == "grouped":
+      from gemma_grpo import rollout  # pylint: disable=g-import-not-at-top
+
+      self._rollout = rollout.GroupedRollout(model, tokenizer, mesh, lora_scale=lora_scale)
+      return
+    if engine != "tunix":
+      raise ValueError(f"engine={engine!r}: must be 'grouped' or 'tunix'")
+    from tunix.generate import sampler as sampler_lib  # pylint: disable=g-import-not-at-top
+
     config = model.config
     self._sampler = sampler_lib.Sampler(
         model, tokenizer,
@@ -81,6 +99,8 @@ class Generator:
 
   def prompt_length(self, prompt: str) -> int:
     """Tokens the sampler feeds for `prompt`, <bos> included."""
+    if self._engine == "grouped":
+      return len(self._rollout.tokenize(prompt))
     return len(self._sampler.tokenize(prompt))
 
   def generate(self, prompts: Sequence[str], decoding: Decoding, *,
@@ -103,12 +123,16 @@ class Generator:
       filled = chunk + [chunk[-1]] * (batch_size - len(chunk))
       texts, tokens = self._generate_batch(filled, decoding, batch_number)
       for text, ids in list(zip(texts, tokens))[:len(chunk)]:
+        ids = [int(i) for i in ids]
+        cut = tokenizer_lib.tokens_through(ids, text, self._stop_text, self._tokenizer)
+        if cut is not None:
+          ids, text = ids[:cut[0]], cut[1]
         out.texts.append(text)
         out.num_tokens.append(len(ids))
         # Tunix cuts a completion at its first stop token, so a completion
         # that has all max_new_tokens tokens never emitted one.
-        out.truncated.append(len(ids) >= decoding.max_new_tokens)
-        out.token_ids.append([int(i) for i in ids])
+        out.truncated.append(cut is None and len(ids) >= decoding.max_new_tokens)
+        out.token_ids.append(ids)
     return out
 
   def _generate_batch(self, prompts: list[str], decoding: Decoding,
@@ -121,6 +145,20 @@ class Generator:
       key = jax.random.fold_in(jax.random.PRNGKey(decoding.seed), batch_number)
       sampling = dict(temperature=decoding.temperature, top_p=decoding.top_p,
                       top_k=decoding.top_k or None, seed=key)
+    if self._engine == "grouped":
+      from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
+
+      # What the RLCluster hands the engine for an in-training eval (greedy:
+      # top_p None), or a training rollout's settings for sampling.
+      config = base_rollout.RolloutConfig(
+          max_tokens_to_generate=decoding.max_new_tokens,
+          max_prompt_length=self._max_prompt_length,
+          kv_cache_size=self._max_prompt_length + decoding.max_new_tokens,
+          eos_tokens=self._stop_token_ids, temperature=sampling["temperature"] or 0.0,
+          top_p=sampling["top_p"], top_k=sampling["top_k"], seed=sampling["seed"])
+      with self._mesh:
+        output = self._rollout.generate(prompts, config)
+      return output.text, output.tokens
     # As Tunix's RLCluster runs its rollouts: under the model's mesh.
     with self._mesh:
       output = self._sampler(

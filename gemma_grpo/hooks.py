@@ -159,11 +159,14 @@ class RunHooks(tunix_hooks.TrainingHooks):
       max_steps: int,
       checkpoint_every: int,
       eval_every: int,
-      evaluate: Callable[[], dict[str, float]] | None,
+      evaluate: Callable[[int], dict[str, float]] | None,
       stop: StopSignal,
       save: Callable[[object, int], None] | None = None,
+      updates_per_batch: int = 1,
   ):
     self._writer = writer
+    # A batch's rollout metrics reach the writer after its last update.
+    self._updates_per_batch = updates_per_batch
     self._max_steps = max_steps
     self._checkpoint_every = checkpoint_every
     self._eval_every = eval_every
@@ -218,8 +221,8 @@ class RunHooks(tunix_hooks.TrainingHooks):
     if self._evaluate is not None and self._eval_every and (
         step % self._eval_every == 0 or last
     ):
-      self._writer.scalars(self._evaluate(), step)
-    self._writer.finish_through(step - 1)
+      self._writer.scalars(self._evaluate(step), step)
+    self._writer.finish_through(step - self._updates_per_batch)
     self._last_time = time.perf_counter()
 
 

@@ -45,6 +45,7 @@ from tunix.sft import sharding_utils
 
 from gemma_grpo import data as data_lib
 from gemma_grpo import losses
+from gemma_grpo import tokenizer as tokenizer_lib
 
 Mode = rl_cluster_lib.Mode
 
@@ -293,7 +294,8 @@ class Learner(grpo_learner.GRPOLearner):
   """
 
   def __init__(self, *args, rollout_seed: int,
-               refill_problems: Sequence[data_lib.Problem] | None = None, **kwargs):
+               refill_problems: Sequence[data_lib.Problem] | None = None,
+               stop_text: str = "", **kwargs):
     super().__init__(*args, **kwargs)
     cfg = self.algo_config
     if not isinstance(cfg, AlgoConfig):
@@ -303,6 +305,12 @@ class Learner(grpo_learner.GRPOLearner):
     if cfg.dynamic_sampling and cfg.max_resample_rounds and not refill_problems:
       raise ValueError("grpo.dynamic_sampling needs refill_problems (the training problems)")
     self._rollout_seed = rollout_seed
+    if cfg.num_iterations > 1:
+      # Tunix resumes its data iterator at the trainer's update count, but
+      # with mu updates per batch only updates / mu batches were consumed
+      # (checkpoints fall on batch boundaries: config.validate).
+      self._last_iter_step //= cfg.num_iterations
+    self._stop_text = stop_text
     self._rollout_key = jax.random.PRNGKey(rollout_seed)
     self._refill_problems = refill_problems
     self._call = (-1, 0)  # (step, calls made during it)
@@ -329,16 +337,23 @@ class Learner(grpo_learner.GRPOLearner):
     lengths = np.zeros(n, dtype=np.int64)
     truncated = np.zeros(n, dtype=bool)
     stops = np.asarray(rollout_config.eos_tokens or [self.rl_cluster.rollout.eos_id()])
+    texts = list(out.text)
     for row, tokens in enumerate(out.tokens):
       tokens = np.asarray(tokens)[:limit]
+      cut = tokenizer_lib.tokens_through(tokens, texts[row], self._stop_text,
+                                         self.rl_cluster.tokenizer)
+      if cut is not None:
+        # Ends here as at a stop token: what follows is neither scored nor trained.
+        tokens, texts[row] = tokens[:cut[0]], cut[1]
       completion_ids[row, :len(tokens)] = tokens
       lengths[row] = len(tokens)
-      truncated[row] = len(tokens) >= limit and not np.isin(tokens, stops).any()
+      truncated[row] = (cut is None and len(tokens) >= limit
+                        and not np.isin(tokens, stops).any())
 
     columns = {k: v for k, v in inputs.items() if k != "prompts"}
     if "mode" in columns:
       raise ValueError(f"batch already has a 'mode' column: {sorted(columns)}")
-    info = self.reward_manager(prompts=inputs["prompts"], completions=out.text,
+    info = self.reward_manager(prompts=inputs["prompts"], completions=texts,
                                mode=str(mode), **columns)
     self.rl_cluster.buffer_metrics(info["log_metrics"], mode=mode)
     fn_rewards = {
@@ -360,6 +375,9 @@ class Learner(grpo_learner.GRPOLearner):
     cfg = self.algo_config
     g = cfg.num_generations
     step = self.rl_cluster.actor_trainer.train_steps  # updates done so far
+    if mode == Mode.TRAIN:
+      # Rollout metrics belong to the batch's first update (Tunix counts batches).
+      self.rl_cluster.global_steps = step
     call = self._call[1] + 1 if self._call[0] == step else 0
     self._call = (step, call)
     step_key = jax.random.fold_in(jax.random.fold_in(self._rollout_key, step), call)

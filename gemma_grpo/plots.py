@@ -3,7 +3,9 @@
 Reads <workdir>/tensorboard/metrics.jsonl (one row per step) and draws the
 curves that tell whether GRPO training is healthy: rewards (total and per
 function), completion length and truncation, policy entropy, KL to the
-reference, and held-out accuracy when the run evaluated. Noisy per-step
+reference, clip fractions and the policy ratio (they leave 0 and 1 only with
+several updates per batch, grpo.num_iterations > 1), rollout throughput and
+step time, and held-out accuracy when the run evaluated. Noisy per-step
 series are drawn faint with a moving average on top.
 """
 
@@ -40,8 +42,13 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
   return (sums[ends] - sums[starts]) / (ends - starts)
 
 
+def smoothing_window(num_points: int) -> int:
+  """A quarter of a short run (its trend must show), at most 25 steps."""
+  return max(1, min(num_points // 4, 25))
+
+
 def _draw(ax, steps, values, label: str, color) -> None:
-  window = max(1, len(values) // 20)
+  window = smoothing_window(len(values))
   if window > 1:
     ax.plot(steps, values, color=color, alpha=0.25, linewidth=1)
     ax.plot(steps, moving_average(values, window), color=color, linewidth=2,
@@ -147,6 +154,20 @@ def write_plots(workdir: storage.PathLike) -> list[epath.Path]:
       "kl.png": [
           ("KL to the reference policy (k3, per token)", "nats",
            [("actor/train/kl", "KL")], None),
+      ],
+      "clipping.png": [
+          ("Clipped share of the policy ratio (0 while every update is on-policy)", "fraction",
+           [("actor/train/clipfrac/low", "below 1 - epsilon"),
+            ("actor/train/clipfrac/high", "above 1 + epsilon(_high)")], None),
+          ("Policy ratio pi / pi_old over completion tokens", "ratio",
+           [("actor/train/ratio/min", "min"), ("actor/train/ratio/mean", "mean"),
+            ("actor/train/ratio/max", "max")], None),
+      ],
+      "throughput.png": [
+          ("Rollout throughput", "tokens / s",
+           [("perf/train/rollout_tokens_per_second", "generated tokens per second")], None),
+          ("Wall time per step", "seconds",
+           [("perf/train/step_seconds", "step"), ("perf/train/update_seconds", "update")], None),
       ],
       "accuracy.png": [
           ("Held-out accuracy (greedy decoding)", "fraction",

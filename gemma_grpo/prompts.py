@@ -6,6 +6,8 @@ turn, as Gemma's own chat template does. Prompts are rendered to text here
 it ships, is trained and evaluated on byte-identical prompts.
 """
 
+from typing import Sequence
+
 REASONING_START = "<reasoning>"
 REASONING_END = "</reasoning>"
 ANSWER_START = "<answer>"
@@ -39,13 +41,28 @@ CHAT_TEMPLATE = (
 )
 
 
-def render_prompt(question: str, system: str = SYSTEM_INSTRUCTION) -> str:
-  """One user turn holding the instruction and the question, then the model turn.
+def _turn(role: str, text: str) -> str:
+  return f"{START_OF_TURN}{role}\n{text}{END_OF_TURN}\n"
 
+
+def render_prompt(question: str, system: str = SYSTEM_INSTRUCTION,
+                  examples: Sequence[Sequence[str]] = ()) -> str:
+  """The instruction and the question in a user turn, then the model turn.
+
+  `examples` are solved problems, (question, reasoning, answer) each, shown
+  first as earlier turns of the same chat: a base model that has never seen
+  the answer format follows a few worked turns (and learns to end its turn),
+  where an instruction alone leaves it rambling to the token limit.
   The tokenizer adds <bos>; it is not part of the text.
   """
-  user = f"{system}\n\n{question.strip()}" if system else question.strip()
-  return f"{START_OF_TURN}user\n{user}{END_OF_TURN}\n{START_OF_TURN}model\n"
+  turns = [*examples, (question,)]
+  text = []
+  for i, (q, *solved) in enumerate(turns):
+    user = f"{system}\n\n{q.strip()}" if system and i == 0 else q.strip()
+    text.append(_turn("user", user))
+    if solved:
+      text.append(_turn("model", render_answer(*solved)))
+  return "".join(text) + f"{START_OF_TURN}model\n"
 
 
 def render_answer(reasoning: str, answer: str) -> str:

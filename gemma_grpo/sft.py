@@ -47,7 +47,7 @@ def encode_examples(problems, tokenizer, max_length: int):
     if not problem.solution:
       dropped += 1
       continue
-    prompt = tokenizer.encode(prompts.render_prompt(problem.question))
+    prompt = tokenizer.encode(problem.prompt)
     target = tokenizer.encode(target_text(problem), add_bos=False)
     ids = prompt + target
     if len(ids) > max_length:

@@ -127,3 +127,44 @@ def stop_token_ids(tok: Tokenizer) -> list[int]:
   """<eos> and <end_of_turn>: Gemma ends a chat turn with the latter."""
   ids = {tok.eos_id(), tok.token_id("<end_of_turn>")}
   return sorted(i for i in ids if i is not None and i >= 0)
+
+
+def tokens_through(ids: Sequence[int], text: str, stop_text: str,
+                   tok: Tokenizer) -> tuple[int, str] | None:
+  """(n, text) of a completion cut right after the first `stop_text`, or None.
+
+  `text` is the decoded completion of `ids`. n is the fewest leading tokens
+  whose decoding contains `stop_text` (a binary search: containment only
+  grows with the prefix), so the tokens after the stop can be dropped from
+  the loss just as a stop token's followers are.
+  """
+  if not stop_text:
+    return None
+  at = text.find(stop_text)
+  if at < 0:
+    return None
+  low, high = 1, len(ids)
+  while low < high:
+    mid = (low + high) // 2
+    if stop_text in tok.decode(list(ids[:mid])):
+      high = mid
+    else:
+      low = mid + 1
+  return low, text[:at + len(stop_text)]
+
+
+def apply_stop_text(texts: Sequence[str], token_ids: Sequence[Sequence[int]], limit: int,
+                    stop_text: str, tok: Tokenizer) -> tuple[list[str], list[bool], list[int]]:
+  """(texts, truncated, token counts) of completions cut after `stop_text`.
+
+  The completions come from a sampler that already stops at stop tokens, so
+  one with `limit` tokens and no `stop_text` ran out of room.
+  """
+  out_texts, truncated, counts = [], [], []
+  for text, ids in zip(texts, token_ids, strict=True):
+    cut = tokens_through(ids, text, stop_text, tok)
+    n = len(ids) if cut is None else cut[0]
+    out_texts.append(text if cut is None else cut[1])
+    truncated.append(cut is None and n >= limit)
+    counts.append(n)
+  return out_texts, truncated, counts

@@ -153,8 +153,9 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
       ),
       rollout_seed=c.rollout.seed,
       refill_problems=splits.train,  # fresh prompts for grpo.dynamic_sampling
+      stop_text=c.rollout.stop_text,
   )
-  # One update per step: align Tunix's step counter with the restored one.
+  # Steps count updates: align Tunix's step counter with the restored one.
   cluster.global_steps = trainer.train_steps
   if stop.agree() or trainer.train_steps >= c.train.max_steps:
     cluster.close()
@@ -172,13 +173,29 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
   # The CLI's `eval` scores with the run's preset too: eval/ values compare.
   eval_reward_fns = rewards.from_config(c.rewards)
 
-  def evaluate_heldout() -> dict[str, float]:
+  def evaluate_heldout(step: int) -> dict[str, float]:
+    """Greedy eval of the held-out slice; its samples kept in WORKDIR/eval/step_N."""
     def generate(batch_prompts):
       out = cluster.generate(batch_prompts, mode=rl_cluster_lib.Mode.EVAL)
-      limit = c.eval.max_new_tokens
-      return out.text, [len(t) >= limit for t in out.tokens], [len(t) for t in out.tokens]
-    metrics, _ = evaluate.run(generate, heldout, c.eval.batch_size, reward_fns=eval_reward_fns)
+      return tokenizer_lib.apply_stop_text(
+          out.text, out.tokens, c.eval.max_new_tokens, c.rollout.stop_text, loaded.tokenizer)
+    metrics, samples = evaluate.run(generate, heldout, c.eval.batch_size, reward_fns=eval_reward_fns)
+    evals.append(metrics)
+    if is_chief:
+      evaluate.write(work / "eval" / f"step_{step:06d}", {
+          "metrics": metrics,
+          "settings": {"step": step, "decoding": {"mode": "greedy", "max_new_tokens": c.eval.max_new_tokens,
+                                                  "stop_text": c.rollout.stop_text, "engine": c.rollout.engine},
+                       "data": {"source": c.data.source, "heldout": len(heldout)}},
+      }, samples)
     return {f"eval/{k}": v for k, v in metrics.items()}
+
+  evals: list[dict[str, float]] = []
+  if heldout and c.eval.every_steps and trainer.train_steps == 0:
+    # The starting point: what every later eval (and the end line) compares with.
+    logging.info("Evaluating the starting policy on %d held-out problems", len(heldout))
+    writer.scalars(evaluate_heldout(0), 0)
+    writer.finish_through(0)
 
   run_hooks = hooks_lib.RunHooks(
       writer=writer,
@@ -187,6 +204,7 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
       eval_every=c.eval.every_steps,
       evaluate=evaluate_heldout if heldout else None,
       stop=stop,
+      updates_per_batch=c.grpo.num_iterations,
   )
   trainer.with_training_hooks(run_hooks)
   batches = data_lib.train_batches(splits.train, c.train.batch_size, c.data.shuffle_seed)
@@ -212,11 +230,23 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
   if stop.agree():
     return _stopped(stop, work, trainer.train_steps)
   logging.info("Done: %d steps in %s", trainer.train_steps, work)
+  if is_chief and len(evals) >= 2:
+    print(heldout_summary(evals[0], evals[-1], len(heldout), trainer.train_steps), flush=True)
   if is_chief:
     from gemma_grpo import plots  # pylint: disable=g-import-not-at-top
 
     logging.info("Plots: %s", ", ".join(str(p) for p in plots.write_plots(work)))
   return 0
+
+
+def heldout_summary(first: dict[str, float], last: dict[str, float], num_problems: int,
+                    step: int) -> str:
+  """One line: the held-out metrics at the start of this run and at its end."""
+  parts = [f"{name} {first[key]:.1%} -> {last[key]:.1%}"
+           for name, key in (("accuracy", "accuracy"), ("format", "format_accuracy"),
+                             ("truncated", "truncation_rate"))]
+  return (f"held-out ({num_problems} problems, greedy), start -> step {step}: "
+          + ", ".join(parts) + f"; reward {first['reward/sum']:.2f} -> {last['reward/sum']:.2f}")
 
 
 def _print_user_frames(error: BaseException) -> None:

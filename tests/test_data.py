@@ -89,6 +89,52 @@ def test_reasoning_gym_source_is_offline_and_seeded():
   assert all(p.solution and "####" not in p.solution for p in a)
 
 
+def test_reasoning_gym_options_set_the_difficulty():
+  easy = data.load_problems("reasoning_gym:simple_equations", size=50, seed=3, options=dict(
+      min_terms=2, max_terms=2, min_value=1, max_value=10,
+      operators=("+", "-"), operators_weights=(0.5, 0.5)))
+  assert all(1 <= int(p.answer) <= 10 for p in easy)
+  assert not any("*" in p.question for p in easy)
+  default = data.load_problems("reasoning_gym:simple_equations", size=50, seed=3)
+  assert max(int(p.answer) for p in default) > 10
+
+
+def test_bad_reasoning_gym_options_name_the_field():
+  with pytest.raises(errors.UserError, match="data.reasoning_gym_options=.*no_such_knob"):
+    data.load_problems("reasoning_gym:simple_equations", size=2, options={"no_such_knob": 1})
+  with pytest.raises(errors.UserError, match="data.reasoning_gym_options"):
+    data.load_problems("reasoning_gym:simple_equations", size=2,
+                       options={"operators": ("+", "-")})  # three weights for two operators
+
+
+def test_few_shot_examples_are_earlier_turns_of_the_same_chat():
+  examples = (("Solve for x: x + 1 = 3", "x = 3 - 1 = 2.", "2"),)
+  problem = data.with_examples([data.Problem("Solve for y: y - 2 = 5", "7")],
+                               ml_collections.ConfigDict(dict(few_shot=examples)))[0]
+  assert problem.prompt == (
+      "<start_of_turn>user\n" + prompts.SYSTEM_INSTRUCTION + "\n\nSolve for x: x + 1 = 3<end_of_turn>\n"
+      "<start_of_turn>model\n<reasoning>x = 3 - 1 = 2.</reasoning>\n<answer>2</answer><end_of_turn>\n"
+      "<start_of_turn>user\nSolve for y: y - 2 = 5<end_of_turn>\n<start_of_turn>model\n")
+  # Without examples the prompt is the single turn it always was.
+  assert data.Problem("q", "1").prompt == prompts.render_prompt("q")
+  # The example turns render exactly as SFT's targets do.
+  assert prompts.render_answer("x = 3 - 1 = 2.", "2") + prompts.END_OF_TURN in problem.prompt
+
+
+def test_split_prompts_carry_the_examples_and_count_toward_the_limit(tmp_path):
+  path = write_jsonl(tmp_path / "p.jsonl", [
+      {"question": f"What is {i} plus one?", "answer": f"#### {i + 1}"} for i in range(10)
+  ])
+  examples = (("What is 1 plus one?", "1 + 1 = 2.", "2"),)
+  splits = data.build_splits(_splits_config(path, few_shot=examples), CharTokenizer(), 10_000)
+  assert all(p.examples == examples for p in splits.train + splits.heldout)
+  batch = data.to_batch(splits.train[:2])
+  assert all(b.count("<start_of_turn>user") == 2 for b in batch["prompts"])
+  one_turn = len(prompts.render_prompt("What is 1 plus one?")) + 1
+  with pytest.raises(errors.UserError, match="max_prompt_length"):
+    data.build_splits(_splits_config(path, few_shot=examples), CharTokenizer(), one_turn + 5)
+
+
 def test_unknown_reasoning_gym_task():
   with pytest.raises(errors.UserError, match="reasoning_gym:no_such_task"):
     data.load_problems("reasoning_gym:no_such_task", size=2)
@@ -118,6 +164,7 @@ def _splits_config(path, **overrides):
   c = ml_collections.ConfigDict(dict(
       source=str(path), split="train", num_heldout=2, max_examples=0,
       shuffle_seed=42, reasoning_gym_size=10, reasoning_gym_seed=1,
+      reasoning_gym_options=ml_collections.ConfigDict(), few_shot=(),
   ))
   c.update(overrides)
   return c

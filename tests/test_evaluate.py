@@ -337,3 +337,87 @@ def test_eval_bad_input_is_one_line_and_exit_2(args, message, tiny_run, problems
   assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
   assert message in lines[0]
   assert "Traceback" not in proc.stderr
+
+
+# --- one decoder: the run's own eval and `gemma-grpo eval` --------------------
+
+
+def test_cli_eval_of_a_checkpoint_repeats_the_runs_own_eval_token_for_token(tmp_path):
+  from conftest import LEARNING  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import metrics  # pylint: disable=g-import-not-at-top
+
+  workdir = tmp_path / "run"
+  # Random text holds an "a" in most completions: the stop text cuts them
+  # in training rollouts, in the run's evals and in the CLI's alike.
+  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir), *LEARNING,
+                  "--config.eval.every_steps=2", "--config.rollout.stop_text=a"])
+  # Evaluated before the first update and after the last, printed on one line.
+  assert "held-out (4 problems, greedy), start -> step 2: accuracy" in proc.stdout
+  rows = {r["step"]: r for r in metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")}
+  assert "eval/accuracy" in rows[0] and "eval/accuracy" in rows[2]
+  assert rows[1]["completions/train/max_length"] <= 16
+
+  own = [json.loads(line) for line in
+         (workdir / "eval" / "step_000002" / evaluate.SAMPLES_FILE).read_text().splitlines()]
+  assert len(own) == 4
+  cut = [s for s in own if s["completion"].endswith("a")]
+  assert cut and all(s["completion"].count("a") == 1 and not s["truncated"] for s in cut)
+  heldout = tmp_path / "heldout.jsonl"
+  heldout.write_text("".join(
+      json.dumps({"question": s["question"], "answer": f"#### {s['gold']}"}) + "\n" for s in own))
+  out = tmp_path / "cli"
+  run_cli(["eval", "--workdir", str(workdir), "--data", str(heldout), "--num-test", "4",
+           "--batch-size", "4", "--max-new-tokens", "16", "--out", str(out)])
+  cli = [json.loads(line) for line in (out / evaluate.SAMPLES_FILE).read_text().splitlines()]
+  assert [s["prompt"] for s in cli] == [s["prompt"] for s in own]
+  assert [s["completion"] for s in cli] == [s["completion"] for s in own]
+  assert [s["length_tokens"] for s in cli] == [s["length_tokens"] for s in own]
+  report = json.loads((out / evaluate.SUMMARY_FILE).read_text())
+  assert report["settings"]["decoding"]["engine"] == "grouped"
+  assert report["settings"]["decoding"]["stop_text"] == "a"
+
+
+# --- paired bootstrap of an accuracy difference -------------------------------
+
+
+def test_paired_bootstrap_bounds():
+  assert evaluate.paired_bootstrap([1, 0, 1], [1, 0, 1]) == (0.0, 0.0, 0.0)
+  assert evaluate.paired_bootstrap([0] * 5, [1] * 5) == (1.0, 1.0, 1.0)
+  # 30 of 100 problems gained, 10 lost: +20 points, an interval that excludes 0.
+  base = [0] * 30 + [1] * 10 + [0] * 60
+  new = [1] * 30 + [0] * 10 + [0] * 60
+  diff, low, high = evaluate.paired_bootstrap(base, new)
+  assert diff == pytest.approx(0.2)
+  assert 0.05 < low < 0.2 < high < 0.35
+  assert evaluate.paired_bootstrap(base, new) == (diff, low, high)  # seeded
+  # 1 gained and 1 lost of 20: no evidence either way.
+  _, low, high = evaluate.paired_bootstrap([1, 0] + [0] * 18, [0, 1] + [0] * 18)
+  assert low < 0 < high
+  with pytest.raises(ValueError):
+    evaluate.paired_bootstrap([], [])
+
+
+def test_paired_accuracy_line_pairs_by_question_and_averages_samples():
+  def samples(verdicts):
+    return [{"question": q, "correct": c} for q, cs in verdicts.items() for c in cs]
+
+  base = samples({"a": [0, 0], "b": [1, 1], "c": [0, 0]})
+  new = samples({"c": [1, 1], "b": [1, 0], "a": [1, 1]})  # other order, 2 samples each
+  line = evaluate.paired_accuracy_line(base, new)
+  # per problem: a +1, b -0.5, c +1 -> mean +0.5
+  assert line.startswith("accuracy difference +50.0 points, 95% paired-bootstrap interval [")
+  assert line.endswith("over 3 problems")
+  assert evaluate.paired_accuracy_line(base, samples({"a": [1], "z": [0], "c": [1]})) is None
+
+
+def test_default_data_is_the_configs_own_source_never_a_training_file():
+  from configs import base  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import errors  # pylint: disable=g-import-not-at-top
+
+  c = base.get_config()
+  for source in ("reasoning_gym:simple_equations", "gsm8k"):
+    c.data.source = source
+    assert evaluate.default_data(c) == source
+  c.data.source = "/data/gsm8k/train.jsonl"
+  with pytest.raises(errors.UserError, match="--data: required"):
+    evaluate.default_data(c)

@@ -201,3 +201,64 @@ def test_tiny_config_trains_two_steps_and_logs_diagnostics(tmp_path, algorithm, 
       # Every completion hits the 16-token limit: the full overlong penalty.
       assert row["rewards/train/overlong"] == pytest.approx(-1.0)
       assert row["diagnostics/train/reward/mean"] == pytest.approx(row["rewards/train/sum"] - 1.0)
+
+
+# --- several updates per batch (grpo.num_iterations) ---------------------------
+
+TWO_UPDATES = ("--config.grpo.num_iterations=2", "--config.train.max_steps=2",
+               "--config.ckpt.every_steps=2", "--config.rewards.custom=tests.toy_rewards:vowel_share",
+               "--config.optim.peak_lr=0.01")
+
+
+@pytest.fixture(scope="module")
+def two_updates_per_batch(tmp_path_factory):
+  """Metrics rows of one batch trained twice by grpo, gspo and dapo (same samples)."""
+  runs = {}
+  for algorithm, extra in (("grpo", ()), ("gspo", ()),
+                           # A narrow upper clip, so clip-higher visibly engages.
+                           ("dapo", ("--config.grpo.beta=0", "--config.grpo.epsilon=0.01",
+                                     "--config.grpo.epsilon_high=0.02"))):
+    workdir = tmp_path_factory.mktemp(algorithm)
+    run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
+             f"--config.grpo.algorithm={algorithm}", *TWO_UPDATES, *extra])
+    runs[algorithm] = metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
+  return runs
+
+
+def test_the_second_update_of_a_batch_is_off_policy(two_updates_per_batch):
+  for algorithm, rows in two_updates_per_batch.items():
+    first, second = rows
+    assert (first["step"], second["step"]) == (1, 2)
+    # The batch's rollout metrics sit on its first update, once.
+    assert "rewards/train/sum" in first and "rewards/train/sum" not in second, algorithm
+    # Update 1 scores the samples under the policy that drew them: ratio 1.
+    assert first["actor/train/ratio/min"] == pytest.approx(1.0, abs=1e-5), algorithm
+    assert first["actor/train/ratio/max"] == pytest.approx(1.0, abs=1e-5), algorithm
+    # Update 2 scores them under the updated policy.
+    spread = second["actor/train/ratio/max"] - second["actor/train/ratio/min"]
+    assert spread > 1e-2, (algorithm, spread)
+  assert two_updates_per_batch["dapo"][1]["actor/train/clipfrac/high"] > 0
+  assert two_updates_per_batch["dapo"][0]["actor/train/clipfrac/high"] == 0
+
+
+def test_gspo_and_grpo_agree_on_policy_and_differ_off_it(two_updates_per_batch):
+  grpo, gspo = two_updates_per_batch["grpo"], two_updates_per_batch["gspo"]
+  # Same samples (same seed); at ratio 1 the sequence ratio's gradient is the
+  # sequence-mean of the token ratios' gradients: the same first update.
+  assert gspo[0]["rewards/train/sum"] == grpo[0]["rewards/train/sum"]
+  assert gspo[0]["actor/train/grad_norm"] == pytest.approx(grpo[0]["actor/train/grad_norm"], rel=1e-3)
+  # Off-policy, GSPO clips its sequence ratio at 1 +- 3e-4 and GRPO its token
+  # ratios at 1 +- 0.2: the second updates differ.
+  assert gspo[1]["actor/train/pg_clipfrac"] > grpo[1]["actor/train/pg_clipfrac"]
+  assert gspo[1]["actor/train/grad_norm"] != pytest.approx(grpo[1]["actor/train/grad_norm"], rel=1e-2)
+
+
+def test_several_updates_per_batch_must_tile_the_schedule():
+  from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import errors  # pylint: disable=g-import-not-at-top
+
+  c = base.get_config()
+  c.grpo.num_iterations = 2
+  c.train.max_steps = 5
+  with pytest.raises(errors.UserError, match="train.max_steps=5: must be a multiple of grpo.num_iterations=2"):
+    config_lib.validate(c)

@@ -10,7 +10,8 @@ from conftest import run_cli
 from gemma_grpo import errors
 from gemma_grpo import plots
 
-CHARTS = ("rewards.png", "completion_length.png", "entropy.png", "loss.png", "kl.png")
+CHARTS = ("rewards.png", "completion_length.png", "entropy.png", "loss.png", "kl.png",
+          "clipping.png", "throughput.png")
 
 
 def read_png(path) -> np.ndarray:
@@ -89,3 +90,8 @@ def test_plot_command_exits_2_with_one_line_on_a_missing_run(tmp_path):
 ])
 def test_moving_average(values, window, expected):
   np.testing.assert_allclose(plots.moving_average(np.array(values, float), window), expected)
+
+
+@pytest.mark.parametrize("num_points, window", [(1, 1), (7, 1), (14, 3), (100, 25), (1000, 25)])
+def test_short_runs_are_smoothed_enough_to_show_their_trend(num_points, window):
+  assert plots.smoothing_window(num_points) == window

@@ -96,3 +96,24 @@ def test_sentencepiece_model_is_accepted(tmp_path):
 def test_missing_tokenizer_is_a_user_error(tmp_path):
   with pytest.raises(errors.UserError, match="no tokenizer"):
     tokenizer_lib.load(tmp_path)
+
+
+def test_stop_text_cuts_at_the_fewest_tokens_that_hold_it(gemma):
+  text = "<reasoning>x = 3.</reasoning>\n<answer>3</answer>iatrics\n<answer>3</answer>"
+  ids = gemma.encode(text, add_bos=False)
+  n, cut = tokenizer_lib.tokens_through(ids, gemma.decode(ids), "</answer>", gemma)
+  assert cut == "<reasoning>x = 3.</reasoning>\n<answer>3</answer>"
+  assert gemma.decode(ids[:n]) == cut and "</answer>" not in gemma.decode(ids[:n - 1])
+  assert tokenizer_lib.tokens_through(ids, text, "", gemma) is None
+  assert tokenizer_lib.tokens_through(ids, text, "</nothing>", gemma) is None
+
+
+def test_apply_stop_text_marks_what_ran_out_of_room(gemma):
+  done = gemma.encode("<answer>4</answer> and more", add_bos=False)
+  cut_off = gemma.encode("<answer>4", add_bos=False)
+  texts, truncated, counts = tokenizer_lib.apply_stop_text(
+      [gemma.decode(done), gemma.decode(cut_off)], [done, cut_off], len(cut_off),
+      "</answer>", gemma)
+  assert texts == ["<answer>4</answer>", "<answer>4"]
+  assert truncated == [False, True]
+  assert counts[0] < len(done) and counts[1] == len(cut_off)
