@@ -369,6 +369,16 @@ def _default_config_path() -> str:
   return str(pathlib.Path(configs.__file__).parent / pathlib.Path(DEFAULT_CONFIG).name)
 
 
+def latest_run(runs: pathlib.Path) -> pathlib.Path | None:
+  """The training run under `runs` whose newest checkpoint is the most recent."""
+  found = []
+  for checkpoints in runs.glob("*/checkpoints/actor"):
+    steps = [d for d in checkpoints.iterdir() if d.is_dir() and d.name.isdigit()]
+    if steps and (checkpoints.parent.parent / "config.json").is_file():
+      found.append((max(d.stat().st_mtime for d in steps), checkpoints.parent.parent))
+  return max(found)[1] if found else None
+
+
 def _target_and_config(args, overrides: list[str]):
   """The Target of the command line and the config it is evaluated with."""
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
@@ -378,6 +388,13 @@ def _target_and_config(args, overrides: list[str]):
         "--workdir brings its own model and config (config.json); drop --model/--config")
   if args.step is not None and not args.workdir:
     raise errors.UserError(f"--step {args.step}: only with --workdir")
+  if not (args.workdir or args.model or args.config):
+    latest = latest_run(pathlib.Path("runs"))
+    if latest is not None:
+      # The question after the first command: did it learn? Run vs its base.
+      args.workdir = str(latest)
+      print(f"evaluating the most recent run, {latest} (pass --workdir, --model or"
+            " --config to choose another), against its base model", flush=True)
   if args.workdir:
     target, c = _workdir_target(args.workdir, args.step)
     fixed = [o for o in overrides if o.startswith(("--config.model.", "--config.lora."))]
@@ -711,7 +728,10 @@ def main(argv: list[str] | None = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   with errors.exit_on_user_error():
     args, overrides = _parser().parse_known_args(argv)
+    picked = not (args.workdir or args.model or args.config)
     target, c = _target_and_config(args, overrides)
+    if picked and target.workdir is not None and not args.compare:
+      args.compare = c.model.source
     if args.data is None:
       args.data = default_data(c)
     decoding, k = _decoding(args, c)

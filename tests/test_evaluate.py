@@ -421,3 +421,38 @@ def test_default_data_is_the_configs_own_source_never_a_training_file():
   c.data.source = "/data/gsm8k/train.jsonl"
   with pytest.raises(errors.UserError, match="--data: required"):
     evaluate.default_data(c)
+
+
+def test_latest_run_is_the_one_with_the_newest_checkpoint(tmp_path):
+  import os  # pylint: disable=g-import-not-at-top
+
+  assert evaluate.latest_run(tmp_path / "runs") is None
+  for name, age in (("old", 100), ("new", 10), ("not_a_run", 0)):
+    step = tmp_path / "runs" / name / "checkpoints" / "actor" / "4"
+    step.mkdir(parents=True)
+    os.utime(step, (1e9 - age, 1e9 - age))
+    if name != "not_a_run":  # a run has its config.json
+      (tmp_path / "runs" / name / "config.json").write_text("{}")
+  assert evaluate.latest_run(tmp_path / "runs") == tmp_path / "runs" / "new"
+
+
+def test_eval_as_typed_after_the_first_command_compares_the_run_with_its_base(tiny_run, tmp_path):
+  import shutil  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+
+  from conftest import REPO, cli_env  # pylint: disable=g-import-not-at-top
+
+  shutil.copytree(tiny_run, tmp_path / "runs" / "tiny")
+  proc = subprocess.run(
+      [sys.executable, "-m", "gemma_grpo.cli", "eval", "--num-test", "2", "--max-new-tokens", "4"],
+      cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+      # The run scored with tests.toy_rewards, which the eval imports again.
+      env={**cli_env(1), "PYTHONPATH": str(REPO)})
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "evaluating the most recent run, runs/tiny" in proc.stdout
+  # The run's own data source (offline), the run against its base, paired.
+  assert "on reasoning_gym:gsm_symbolic: 2 problems" in proc.stdout
+  assert "accuracy difference +0.0 points" in proc.stdout
+  assert (tmp_path / "runs" / "tiny" / "eval_step2" / evaluate.SUMMARY_FILE).is_file()
+  assert (tmp_path / "runs" / "eval" / "random" / evaluate.SUMMARY_FILE).is_file()
