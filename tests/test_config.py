@@ -9,7 +9,8 @@ from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 
 CONFIGS = ["configs/tiny.py", "configs/gemma3_270m.py", "configs/gemma3_1b.py",
-           "configs/gemma3_270m_sft.py", "configs/gemma3_270m_sft_grpo.py"]
+           "configs/gemma3_270m_sft.py", "configs/gemma3_270m_sft_grpo.py",
+           "configs/gemma3_270m_dapo.py"]
 
 
 @pytest.fixture
