@@ -262,3 +262,23 @@ def test_several_updates_per_batch_must_tile_the_schedule():
   c.train.max_steps = 5
   with pytest.raises(errors.UserError, match="train.max_steps=5: must be a multiple of grpo.num_iterations=2"):
     config_lib.validate(c)
+
+
+def test_a_resumed_run_with_two_updates_per_batch_continues_exactly(tmp_path):
+  # A constant rate, so a 2-step run and the 4-step run share their first steps.
+  args = ["--config", "configs/tiny.py", "--config.grpo.num_iterations=2",
+          "--config.ckpt.every_steps=2", "--config.rewards.custom=tests.toy_rewards:vowel_share",
+          "--config.optim.peak_lr=0.01", "--config.optim.end_lr=0.01",
+          "--config.optim.warmup_fraction=0"]
+  run_cli(["train", *args, "--workdir", str(tmp_path / "whole"), "--config.train.max_steps=4"])
+  run_cli(["train", *args, "--workdir", str(tmp_path / "parts"), "--config.train.max_steps=2"])
+  run_cli(["train", *args, "--workdir", str(tmp_path / "parts"), "--config.train.max_steps=4"])
+  whole, parts = (
+      {r["step"]: r for r in metrics.read_jsonl(tmp_path / name / "tensorboard" / "metrics.jsonl")}
+      for name in ("whole", "parts"))
+  # The resumed run rolls out the second batch (not the fourth: Tunix counts
+  # updates, two per batch) with the same key, and trains on it the same way.
+  assert parts[3]["rewards/train/sum"] == pytest.approx(whole[3]["rewards/train/sum"], rel=1e-6)
+  for step in (3, 4):
+    for key in ("actor/train/loss", "actor/train/grad_norm"):
+      assert parts[step][key] == pytest.approx(whole[step][key], rel=1e-4, abs=1e-7), (step, key)
