@@ -1,6 +1,7 @@
 """How well a policy reasons on held-out problems: `gemma-grpo eval`.
 
-  gemma-grpo eval --data /path/gsm8k/test.jsonl --num-test 16   # offline 270M
+  gemma-grpo eval --num-test 16     # the newest run under runs/ against its base
+  gemma-grpo eval --config configs/gemma3_270m.py --num-test 16   # offline 270M
   gemma-grpo eval --workdir runs/gemma3_270m [--step 10] --data ...
   gemma-grpo eval --model hf:google/gemma-3-1b-it --num-samples 8 --temperature 0.8
   gemma-grpo eval --workdir runs/x --data ... --compare runs/eval/gguf_gemma-3-270m
