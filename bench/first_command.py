@@ -6,7 +6,7 @@ Runs `python -m gemma_grpo.train --config configs/gemma3_270m.py` once per
 seed (rollout.seed = lora.seed = S; seed 0 is the command exactly as README
 gives it), one after another on this machine, and for each keeps in
 OUT/seed_S: the held-out evals the run wrote (eval/step_*/eval.json and
-samples.jsonl), tensorboard/metrics.jsonl, plots/ and console.txt (the
+samples.jsonl), tensorboard/metrics.jsonl, the reward and accuracy plots and console.txt (the
 run's console with the seconds since start on every line). It prints one
 row per seed: wall time, held-out accuracy and format before the first and
 after the last update, and how many of the held-out problems were already
@@ -80,7 +80,9 @@ def run_seed(seed: int, out: pathlib.Path) -> float:
   seconds = time.perf_counter() - start
   workdir.mkdir(parents=True)
   shutil.copytree(run_dir / "eval", workdir / "eval")
-  shutil.copytree(run_dir / "plots", workdir / "plots")
+  (workdir / "plots").mkdir()
+  for name in ("rewards.png", "accuracy.png"):  # the two a reader looks at; ~70 kB each
+    shutil.copy(run_dir / "plots" / name, workdir / "plots" / name)
   (workdir / "metrics.jsonl").write_bytes((run_dir / "tensorboard" / "metrics.jsonl").read_bytes())
   (workdir / "console.txt").write_text(
       "".join(line for line in lines if not line.split(" ", 1)[1].startswith(("WARNING", "I1", "W1"))))
