@@ -208,6 +208,12 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
   )
   trainer.with_training_hooks(run_hooks)
   batches = data_lib.train_batches(splits.train, c.train.batch_size, c.data.shuffle_seed)
+  # A step's line prints once Tunix reports its metrics, during the next step:
+  # say what is running meanwhile.
+  logging.info("Training steps %d-%d: %d problems x %d samples each; the first step"
+               " also compiles, and each step's line appears after the next one",
+               trainer.train_steps + 1, c.train.max_steps, c.train.batch_size,
+               c.grpo.num_generations)
   try:
     # On success Tunix closes the cluster: the last checkpoint is written and
     # Orbax's asynchronous save has finished when this returns.
