@@ -182,3 +182,138 @@ def test_gemma3_1b_builds_up_to_the_weights():
   assert cluster.training_config.max_steps == 100
   rollout = cluster.rollout_config[next(iter(cluster.rollout_config))]
   assert rollout.kv_cache_size >= rollout.max_prompt_length + rollout.max_tokens_to_generate
+
+
+# --- Every checkpoint layout a user brings, against transformers' own forward --
+
+# A tiny Gemma-3 text model: 6 layers (5 sliding + 1 global), an 8-token
+# window that a 20-token input crosses.
+TINY_TEXT = dict(
+    vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+    num_attention_heads=2, num_key_value_heads=1, head_dim=32, sliding_window=8,
+    query_pre_attn_scalar=32, max_position_embeddings=128, initializer_range=0.2,
+)
+LAYOUTS = ("causal_lm_fp32", "causal_lm_sharded_bf16", "conditional_generation_sharded_bf16")
+
+
+def _randomize_norms(hf_model, seed: int) -> None:
+  """Gives every norm weight a random value: HF initialises them to 0 (scale 1),
+  and a loader that dropped or swapped a norm would still match at 0."""
+  import torch  # pylint: disable=g-import-not-at-top
+
+  generator = torch.Generator().manual_seed(seed)
+  with torch.no_grad():
+    for name, param in hf_model.named_parameters():
+      if "norm" in name and "vision" not in name:
+        param.copy_(0.5 * torch.randn(param.shape, generator=generator))
+
+
+def _write_layout(layout: str, out: pathlib.Path, tokenizer_dir: pathlib.Path) -> None:
+  """Writes a random checkpoint the way transformers saves that layout."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  torch.manual_seed(0)
+  text = transformers.Gemma3TextConfig(**TINY_TEXT)
+  if layout == "conditional_generation_sharded_bf16":
+    vision = transformers.SiglipVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        image_size=28, patch_size=14)
+    config = transformers.Gemma3Config(
+        text_config=text, vision_config=vision, mm_tokens_per_image=4,
+        boi_token_index=500, eoi_token_index=501, image_token_index=502)
+    hf_model = transformers.Gemma3ForConditionalGeneration(config)
+  else:
+    hf_model = transformers.Gemma3ForCausalLM(text)
+  _randomize_norms(hf_model, seed=1)
+  if layout == "causal_lm_fp32":
+    hf_model.save_pretrained(out)
+  else:
+    hf_model.to(torch.bfloat16).save_pretrained(out, max_shard_size="300KB")
+  for name in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(tokenizer_dir / name, out / name)
+
+
+@pytest.fixture(scope="module")
+def hf_layouts(tmp_path_factory, offline_270m_dir):
+  root = tmp_path_factory.mktemp("hf_layouts")
+  for layout in LAYOUTS:
+    _write_layout(layout, root / layout, offline_270m_dir)
+  return root
+
+
+def test_the_layouts_are_written_as_the_hub_ships_them(hf_layouts):
+  """The fixture really holds what each layout means (else the tests below test less)."""
+  import safetensors  # pylint: disable=g-import-not-at-top
+
+  def keys(layout):
+    names = []
+    for path in (hf_layouts / layout).glob("*.safetensors"):
+      with safetensors.safe_open(path, "np") as f:
+        names += list(f.keys())
+    return names
+
+  assert not (hf_layouts / "causal_lm_fp32" / "model.safetensors.index.json").exists()
+  for layout in LAYOUTS[1:]:
+    assert len(list((hf_layouts / layout).glob("*.safetensors"))) > 1
+    assert (hf_layouts / layout / "model.safetensors.index.json").exists()
+  multimodal = keys("conditional_generation_sharded_bf16")
+  assert any(k.startswith("vision_tower.") for k in multimodal)
+  assert all(k.startswith(("language_model.model.", "vision_tower.", "multi_modal_projector."))
+             for k in multimodal), multimodal
+  config = json.loads((hf_layouts / "conditional_generation_sharded_bf16" / "config.json").read_text())
+  assert config["architectures"] == ["Gemma3ForConditionalGeneration"]
+
+
+def _transformers_logits(layout: str, model_dir: pathlib.Path, ids: list[int]) -> np.ndarray:
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+
+  cls = (transformers.Gemma3ForConditionalGeneration if layout.startswith("conditional")
+         else transformers.Gemma3ForCausalLM)
+  hf_model = cls.from_pretrained(str(model_dir), dtype=torch.float32)
+  with torch.no_grad():
+    return hf_model(torch.tensor([ids])).logits[0].double().numpy()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_each_layout_loads_to_transformers_logits(hf_layouts, layout):
+  """Our JAX forward of the loaded checkpoint equals transformers' forward of
+  the same files: a mapping mistake made symmetrically in loader and exporter
+  passes a round trip, but not this."""
+  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+
+  mesh = mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))
+  c = _model_config(str(hf_layouts / layout), hf_layouts)
+  c.dtype = "float32"  # bf16 files are upcast, as transformers' float32 load does
+  loaded = model_lib.build(c, mesh)
+  ids = [int(i) for i in np.random.RandomState(0).randint(0, 500, size=20)]
+  ours = _logits(loaded.model, mesh, ids)
+  theirs = _transformers_logits(layout, hf_layouts / layout, ids)
+  assert np.abs(theirs).max() > 1.0  # random weights large enough to show a mistake
+  np.testing.assert_allclose(ours, theirs, atol=2e-5 * np.abs(theirs).max(), rtol=0)
+
+
+def test_multimodal_checkpoint_exports_its_text_model_unchanged(hf_layouts):
+  """The export of a model loaded from a multimodal checkpoint holds exactly
+  its language_model tensors under Gemma3ForCausalLM names, the vision tower
+  dropped."""
+  import safetensors.numpy  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import export  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+
+  layout = hf_layouts / "conditional_generation_sharded_bf16"
+  mesh = mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))
+  c = _model_config(str(layout), hf_layouts)
+  c.dtype = "float32"
+  exported = export.to_hf(lora.merged_params(model_lib.build(c, mesh).model, 1.0))
+  original = {}
+  for path in layout.glob("*.safetensors"):
+    original.update(safetensors.numpy.load_file(path))
+  text = {k.removeprefix("language_model."): v for k, v in original.items()
+          if k.startswith("language_model.")}
+  assert sorted(exported) == sorted(text)
+  for name, value in text.items():
+    np.testing.assert_array_equal(exported[name], value.astype(np.float32), err_msg=name)
