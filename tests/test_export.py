@@ -389,6 +389,26 @@ def test_gguf_export_reads_back_as_the_merged_weights(exported):
   assert reader.fields["tokenizer.chat_template"].contents() == prompts.CHAT_TEMPLATE
 
 
+def test_transformers_reads_the_gguf_export_with_the_hf_exports_logits(exported):
+  """transformers' own GGUF loader (gguf_file=, a reader we did not write)
+  loads our GGUF export to the logits of our HF export of the same policy."""
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import AutoModelForCausalLM  # pylint: disable=g-import-not-at-top
+
+  # transformers' GGUF config mapping has no query_pre_attn_scalar and falls
+  # back to 256: right for Gemma-3 270M to 12B (head_dim 256), not for this
+  # tiny model's head_dim, so the test passes it as a user would.
+  head_dim = exported.policy.config.model.random.head_dim
+  model = AutoModelForCausalLM.from_pretrained(
+      str(exported.dirs["gguf"]), gguf_file=export.GGUF_FILE, dtype=torch.float32,
+      query_pre_attn_scalar=head_dim)
+  assert type(model).__name__ == "Gemma3ForCausalLM"
+  with torch.no_grad():
+    theirs = model(torch.tensor([exported.ids])).logits[0].numpy()
+  reference = hf_logits(exported.dirs["fp32"], exported.ids)
+  np.testing.assert_allclose(theirs, reference, atol=1e-5 * np.abs(reference).max(), rtol=0)
+
+
 def _tiny_hf_tensors(rng) -> dict[str, np.ndarray]:
   shapes = {
       "model.embed_tokens.weight": (8, 32), "model.norm.weight": (32,),
