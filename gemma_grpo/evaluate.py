@@ -61,7 +61,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from gemma_grpo import console
 from gemma_grpo import data as data_lib
+from gemma_grpo import distributed
 from gemma_grpo import errors
 from gemma_grpo import rewards
 
@@ -239,13 +241,15 @@ def score(problems: Sequence[data_lib.Problem], completions: Sequence[str],
 
 def run(generate: GenerateFn, problems: Sequence[data_lib.Problem],
         batch_size: int, *, reward_fns: Sequence[Callable] | None = None,
-        num_dropped: int = 0) -> tuple[dict[str, float], list[dict]]:
+        num_dropped: int = 0, show_progress: bool = False) -> tuple[dict[str, float], list[dict]]:
   """Generates a completion per problem in batches, then scores them.
 
   `generate` returns (texts, truncated) or (texts, truncated, num_tokens);
-  only the latter gives mean_length_tokens.
+  only the latter gives mean_length_tokens. `show_progress` draws a bar on
+  an interactive terminal.
   """
   completions, truncated, num_tokens = [], [], []
+  bar = console.progress(len(problems), "eval", "problem", enabled=show_progress)
   for start in range(0, len(problems), batch_size):
     chunk = problems[start:start + batch_size]
     texts, cuts, *counts = generate([p.prompt for p in chunk])
@@ -255,6 +259,8 @@ def run(generate: GenerateFn, problems: Sequence[data_lib.Problem],
       num_tokens.extend(counts[0])
     else:
       num_tokens = None
+    bar.update(len(chunk))
+  bar.close()
   return score(problems, completions, truncated, num_tokens=num_tokens,
                reward_fns=reward_fns, num_dropped=num_dropped)
 
@@ -330,7 +336,6 @@ def _parser() -> argparse.ArgumentParser:
   out = p.add_argument_group("output")
   out.add_argument("--out", help="output directory (default <workdir>/eval_step<N> or runs/eval/<source>)")
   out.add_argument("--compare", help="a baseline: an eval output directory, or a model source / work directory to evaluate first")
-  from gemma_grpo import distributed  # pylint: disable=g-import-not-at-top
 
   distributed.add_flags(p)
   return p
@@ -618,7 +623,7 @@ def evaluate(target: Target, c, plan: Plan, mesh, *,
   rendered = [p.prompt for p in kept for _ in range(k)]
   start = time.perf_counter()
   out = generator.generate(rendered, plan.decoding, batch_size=plan.batch_size,
-                           progress=sys.stderr.isatty())
+                           progress=distributed.is_chief())
   generate_s = time.perf_counter() - start
   metrics, samples = score(
       kept, out.texts, out.truncated, num_tokens=out.num_tokens, num_samples=k,
@@ -749,8 +754,7 @@ def main(argv: list[str] | None = None) -> int:
     reason = contamination(target, args.data, data_info.get("split"))
     if reason:
       _warn_contaminated(reason)
-    from gemma_grpo import distributed  # pylint: disable=g-import-not-at-top
-    from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+      from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
     from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
     from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
 

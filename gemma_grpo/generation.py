@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
+from gemma_grpo import console
 from gemma_grpo import tokenizer as tokenizer_lib
 
 
@@ -113,10 +114,7 @@ class Generator:
     prompts = list(prompts)
     batch_size = max(1, min(batch_size, len(prompts)))
     starts = range(0, len(prompts), batch_size)
-    if progress:
-      from tqdm import auto  # pylint: disable=g-import-not-at-top
-
-      starts = auto.tqdm(starts, desc="generating", unit="batch", leave=False)
+    bar = console.progress(len(prompts), "generating", "completion", enabled=progress)
     out = Completions([], [], [], [])
     for batch_number, start in enumerate(starts):
       chunk = prompts[start:start + batch_size]
@@ -133,6 +131,8 @@ class Generator:
         # that has all max_new_tokens tokens never emitted one.
         out.truncated.append(cut is None and len(ids) >= decoding.max_new_tokens)
         out.token_ids.append(ids)
+      bar.update(len(chunk))
+    bar.close()
     return out
 
   def _generate_batch(self, prompts: list[str], decoding: Decoding,

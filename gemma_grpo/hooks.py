@@ -163,8 +163,10 @@ class RunHooks(tunix_hooks.TrainingHooks):
       stop: StopSignal,
       save: Callable[[object, int], None] | None = None,
       updates_per_batch: int = 1,
+      on_step: Callable[[int], None] | None = None,
   ):
     self._writer = writer
+    self._on_step = on_step
     # A batch's rollout metrics reach the writer after its last update.
     self._updates_per_batch = updates_per_batch
     self._max_steps = max_steps
@@ -223,6 +225,8 @@ class RunHooks(tunix_hooks.TrainingHooks):
     ):
       self._writer.scalars(self._evaluate(step), step)
     self._writer.finish_through(step - self._updates_per_batch)
+    if self._on_step is not None:
+      self._on_step(step)
     self._last_time = time.perf_counter()
 
 

@@ -93,8 +93,9 @@ def batches(tokens, masks, batch_size: int, seed: int):
   )
 
 
-def _progress_hooks(writer, max_steps: int):
-  """Per-step rows (console, metrics.jsonl) and a stop on a non-finite loss."""
+def _progress_hooks(writer, max_steps: int, on_step):
+  """Per-step rows (console, metrics.jsonl), the step bar, and a stop on a
+  non-finite loss."""
   import math  # pylint: disable=g-import-not-at-top
   from tunix.sft import hooks as tunix_hooks  # pylint: disable=g-import-not-at-top
 
@@ -113,6 +114,7 @@ def _progress_hooks(writer, max_steps: int):
         raise hooks_lib.NonFiniteError(f"sft step {train_step}: loss is {float(train_loss)}")
       # Tunix reports a step's metrics while the next one runs.
       writer.finish_through(min(train_step, max_steps) - 1)
+      on_step(min(train_step, max_steps))
 
     def on_eval_step_start(self, train_ctx):
       pass
@@ -134,6 +136,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   from tunix.sft import peft_trainer  # pylint: disable=g-import-not-at-top
 
   from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import console  # pylint: disable=g-import-not-at-top
   from gemma_grpo import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
@@ -148,13 +151,16 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   work.mkdir(parents=True, exist_ok=True)
   if jax.process_index() == 0:
     config_lib.save(c, work / "config.json")
+  phases = console.Phases()
   mesh = mesh_lib.make_mesh(c.mesh)
   loaded = model_lib.build(c.model, mesh)
+  phases.done(f"model: {c.model.source} loaded ({c.model.dtype})")
   actor = lora.apply(loaded.model, c.lora, mesh)
+  phases.done(f"LoRA: {lora.num_lora_params(actor)} trainable parameters")
   splits = data_lib.build_splits(c.data, loaded.tokenizer, c.rollout.max_prompt_length)
   tokens, masks, dropped = encode_examples(splits.train, loaded.tokenizer, c.sft.max_length)
-  logging.info("sft: %d examples (%d dropped: no solution or longer than %d tokens)",
-               len(tokens), dropped, c.sft.max_length)
+  phases.done(f"sft data: {len(tokens)} examples ({dropped} dropped: no solution or longer"
+              f" than {c.sft.max_length} tokens)")
 
   optim = c.optim.copy_and_resolve_references()
   optim.peak_lr = c.sft.peak_lr
@@ -188,7 +194,8 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
       return loss_fn(model, tokens_BxL, target_mask_BxL, pad_id)
 
     trainer.with_loss_fn(loss)
-    trainer.with_training_hooks(_progress_hooks(writer, c.sft.max_steps))
+    trainer.with_training_hooks(_progress_hooks(writer, c.sft.max_steps, console.step_reporter(
+        phases, c.sft.max_steps, trainer.train_steps, jax.process_index() == 0)))
     trainer.with_gen_model_input_fn(
         lambda b: {"tokens_BxL": b["tokens"], "target_mask_BxL": b["target_mask"]}
     )

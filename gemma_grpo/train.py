@@ -90,6 +90,7 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
   from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
 
   from gemma_grpo import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import console  # pylint: disable=g-import-not-at-top
   from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import evaluate  # pylint: disable=g-import-not-at-top
   from gemma_grpo import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
@@ -107,20 +108,22 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
   if is_chief:
     config_lib.save(c, work / "config.json")
 
+  phases = console.Phases()
   mesh = mesh_lib.make_mesh(c.mesh)
   loaded = model_lib.build(c.model, mesh)
+  phases.done(f"model: {c.model.source} loaded ({c.model.dtype})")
   ident = checkpoints.identity(c, checkpoints.model_shape(loaded.model))
   checkpoints.check_identity(work, ident)
   actor = lora.apply(loaded.model, c.lora, mesh)
-  logging.info("LoRA: %d trainable parameters", lora.num_lora_params(actor))
+  phases.done(f"LoRA: {lora.num_lora_params(actor)} trainable parameters")
   resume_step = (checkpoints.saved_steps(work) or [None])[-1]
   if resume_step is not None:
     checkpoints.check_compatible(work, resume_step, actor)
   if is_chief:
     checkpoints.write_identity(work, ident)
   splits = data_lib.build_splits(c.data, loaded.tokenizer, c.rollout.max_prompt_length)
-  logging.info("data: %d train, %d held-out problems (%d dropped as too long)",
-               len(splits.train), len(splits.heldout), splits.dropped)
+  phases.done(f"data: {len(splits.train)} train, {len(splits.heldout)} held-out problems"
+              f" ({splits.dropped} dropped as too long)")
   stop_ids = tokenizer_lib.stop_token_ids(loaded.tokenizer)
 
   writer = metrics_lib.Writer(
@@ -144,6 +147,7 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
       ) from None
     raise
   trainer = cluster.actor_trainer
+  phases.done("RL cluster: actor, reference and rollout ready")
   learner = learner_lib.Learner(
       rl_cluster=cluster,
       algo_config=learner_lib.algo_config(c.grpo),
@@ -179,7 +183,8 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
       out = cluster.generate(batch_prompts, mode=rl_cluster_lib.Mode.EVAL)
       return tokenizer_lib.apply_stop_text(
           out.text, out.tokens, c.eval.max_new_tokens, c.rollout.stop_text, loaded.tokenizer)
-    metrics, samples = evaluate.run(generate, heldout, c.eval.batch_size, reward_fns=eval_reward_fns)
+    metrics, samples = evaluate.run(generate, heldout, c.eval.batch_size, reward_fns=eval_reward_fns,
+                                    show_progress=is_chief)
     evals.append(metrics)
     if is_chief:
       evaluate.write(work / "eval" / f"step_{step:06d}", {
@@ -196,6 +201,7 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
     logging.info("Evaluating the starting policy on %d held-out problems", len(heldout))
     writer.scalars(evaluate_heldout(0), 0)
     writer.finish_through(0)
+    phases.done("held-out eval of the starting policy")
 
   run_hooks = hooks_lib.RunHooks(
       writer=writer,
@@ -205,6 +211,7 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
       evaluate=evaluate_heldout if heldout else None,
       stop=stop,
       updates_per_batch=c.grpo.num_iterations,
+      on_step=console.step_reporter(phases, c.train.max_steps, trainer.train_steps, is_chief),
   )
   trainer.with_training_hooks(run_hooks)
   batches = data_lib.train_batches(splits.train, c.train.batch_size, c.data.shuffle_seed)

@@ -68,7 +68,10 @@ def tiny_run(tmp_path_factory) -> pathlib.Path:
   (copy it before resuming or corrupting it).
   """
   workdir = tmp_path_factory.mktemp("tiny_run") / "run"
-  run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir), *LEARNING])
+  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir), *LEARNING])
+  # Its console, beside (not in) the work directory, for tests of what a user reads.
+  (workdir.parent / "stdout.txt").write_text(proc.stdout)
+  (workdir.parent / "stderr.txt").write_text(proc.stderr)
   return workdir
 
 

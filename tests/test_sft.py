@@ -1,5 +1,7 @@
 """Supervised warm start: targets, masks, and a short run that learns."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -64,14 +66,23 @@ def test_batches_cover_every_example_each_epoch():
 @pytest.fixture(scope="module")
 def sft_run(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("sft") / "run"
-  run_cli(["sft", "--config", "configs/tiny.py", "--workdir", str(workdir),
+  proc = run_cli(["sft", "--config", "configs/tiny.py", "--workdir", str(workdir),
            "--config.data.reasoning_gym_size=8", "--config.data.num_heldout=0",
            "--config.eval.num_examples=0",
            "--config.sft.max_steps=6", "--config.sft.batch_size=2",
            "--config.sft.max_length=384", "--config.sft.peak_lr=0.02",
            "--config.optim.warmup_fraction=0", "--config.optim.max_grad_norm=1.0",
            "--config.ckpt.every_steps=3"])
+  (workdir.parent / "stderr.txt").write_text(proc.stderr)
   return workdir
+
+
+def test_sft_prints_its_start_up_phases_with_seconds(sft_run):
+  stderr = (sft_run.parent / "stderr.txt").read_text()
+  for phase in ("model: random loaded", "LoRA: ", "sft data: ",
+                "step 1: the first step, compilation included"):
+    line = next((line for line in stderr.splitlines() if phase in line), "")
+    assert re.search(r"\(\d+\.\d s; \d+ s since start\)$", line), (phase, line)
 
 
 def test_sft_run_lowers_the_loss_and_writes_grpo_style_checkpoints(sft_run):
@@ -128,9 +139,11 @@ class RecordingWriter:
 
 def test_progress_hooks_write_each_finished_step_and_stop_on_a_nan_loss():
   writer = RecordingWriter()
-  progress = sft._progress_hooks(writer, max_steps=3)  # pylint: disable=protected-access
+  reported = []
+  progress = sft._progress_hooks(writer, max_steps=3, on_step=reported.append)  # pylint: disable=protected-access
   progress.on_train_step_end(None, 1, 2.5)
   progress.on_train_step_end(None, 2, 2.0)
   assert writer.finished == [0, 1]
+  assert reported == [1, 2]
   with pytest.raises(hooks.NonFiniteError, match="sft step 3: loss is nan"):
     progress.on_train_step_end(None, 3, float("nan"))

@@ -1,6 +1,7 @@
 """End to end on configs/tiny.py: train, log, checkpoint, resume."""
 
 import json
+import re
 import shutil
 import struct
 
@@ -54,6 +55,35 @@ def test_tensorboard_events_hold_per_reward_scalars(tiny_run):
   assert {f"rewards/train/{n}" for n in REWARD_FUNCTIONS} <= set(steps)
   assert steps["rewards/train/sum"] == [1, 2]
   assert steps["actor/train/loss"] == [1, 2]
+
+
+def test_tensorboard_itself_reads_every_scalar(tiny_run):
+  """The viewer README points to (installed with the package) reads the run."""
+  from tensorboard.backend.event_processing import event_accumulator  # pylint: disable=g-import-not-at-top
+
+  events = event_accumulator.EventAccumulator(str(tiny_run / "tensorboard"))
+  events.Reload()
+  tags = set(events.Tags()["scalars"])
+  rows = metrics.read_jsonl(tiny_run / "tensorboard" / "metrics.jsonl")
+  assert {k for row in rows for k in row if k != "step"} <= tags
+  assert [e.step for e in events.Scalars("rewards/train/sum")] == [1, 2]
+  assert [e.value for e in events.Scalars("actor/train/loss")] == pytest.approx(
+      [row["actor/train/loss"] for row in rows], rel=1e-6)
+
+
+def test_start_up_phases_print_one_line_each_with_seconds(tiny_run):
+  stderr = (tiny_run.parent / "stderr.txt").read_text()
+  phases = ["model: random loaded", "LoRA: ", "data: ", "RL cluster: ",
+            "step 1: the first step, compilation included"]
+  lines = [next((line for line in stderr.splitlines() if p in line), "") for p in phases]
+  for phase, line in zip(phases, lines):
+    assert re.search(r"\(\d+\.\d s; \d+ s since start\)$", line), (phase, line)
+  assert [stderr.index(line) for line in lines] == sorted(stderr.index(line) for line in lines)
+  # Piped output: no progress bar (tqdm draws with carriage returns).
+  stdout = (tiny_run.parent / "stdout.txt").read_text()
+  assert "\r" not in stderr and "\r" not in stdout
+  assert "step 2/2 |" in stdout
+  assert stderr.count("the first step, compilation included") == 1
 
 
 def test_rerun_resumes_and_continues_to_a_higher_max_steps(tiny_run, tmp_path):
