@@ -263,13 +263,16 @@ def _flat_scalars(d: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def eval_results(workdir: pathlib.Path) -> dict[str, dict[str, Any]]:
-  """{eval dir name: scalar metrics} from `<workdir>/eval*/eval.json`.
+  """{eval dir: scalar metrics} of the run's own held-out evals
+  (`<workdir>/eval/step_N/eval.json`) and of `gemma-grpo eval` runs saved in
+  it (`<workdir>/eval*/eval.json`).
 
-  Whatever the eval command wrote: a "metrics" dict if there is one, else the
-  file's scalars; unreadable files are skipped.
+  A "metrics" dict if there is one, else the file's scalars; unreadable
+  files are skipped.
   """
   results = {}
-  for path in sorted(workdir.glob("eval*/eval.json")):
+  paths = sorted(workdir.glob("eval/step_*/eval.json")) + sorted(workdir.glob("eval*/eval.json"))
+  for path in paths:
     try:
       data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
@@ -277,7 +280,7 @@ def eval_results(workdir: pathlib.Path) -> dict[str, dict[str, Any]]:
       continue
     if isinstance(data, dict):
       metrics = data.get("metrics") if isinstance(data.get("metrics"), dict) else data
-      results[path.parent.name] = _flat_scalars(metrics)
+      results[path.parent.relative_to(workdir).as_posix()] = _flat_scalars(metrics)
   return results
 
 
@@ -332,11 +335,20 @@ def model_card(policy, workdir: pathlib.Path, fmt: str, dtype: str) -> str:
       lines += [f"`{name}/eval.json`:", "", "| metric | value |", "|---|---|"]
       lines += [f"| {k} | {_fmt(v)} |" for k, v in metrics.items()]
       lines.append("")
+  examples = tuple(tuple(str(x) for x in e) for e in c.data.few_shot)
   lines += ["## Prompt format", "",
             "The model was trained on this chat format (the tokenizer's chat template renders it; "
             "pass the instruction as a system message):", "", "```",
-            "<bos>" + prompts.render_prompt("<question>"), "```",
-            "It answers as `<reasoning>...</reasoning>` then `<answer>...</answer>`.", ""]
+            "<bos>" + prompts.render_prompt("<question>", examples=examples), "```",
+            "It answers as `<reasoning>...</reasoning>` then `<answer>...</answer>`."]
+  if examples:
+    plural = "s" if len(examples) > 1 else ""
+    lines.append(f"Training showed {len(examples)} solved example{plural} as earlier turns"
+                 " of the chat, as above; prompt it the same way.")
+  if c.rollout.stop_text:
+    lines.append(f"Training cut each completion right after `{c.rollout.stop_text}`: use it as a"
+                 " stop string (the base model may not end its turn by itself).")
+  lines.append("")
   if fmt == "hf":
     lines += [
         "## Use with transformers", "", "```python",
@@ -424,7 +436,10 @@ def _publish(tmp: pathlib.Path, out: pathlib.Path) -> None:
 
 
 def push_to_hub(folder: pathlib.Path, repo_id: str) -> str:
-  """Uploads `folder` to a private model repo; the token comes from HF_TOKEN."""
+  """Uploads `folder` to a private model repo.
+
+  The token is HF_TOKEN's, else the one `hf auth login` saved.
+  """
   import huggingface_hub  # pylint: disable=g-import-not-at-top
   from huggingface_hub import errors as hub_errors  # pylint: disable=g-import-not-at-top
 
@@ -435,11 +450,15 @@ def push_to_hub(folder: pathlib.Path, repo_id: str) -> str:
         folder_path=str(folder), repo_id=repo_id, repo_type="model",
         commit_message="gemma-grpo export",
     )
-  except (hub_errors.HfHubHTTPError, OSError, ValueError) as e:
+  except (hub_errors.HfHubHTTPError, OSError, ValueError, RuntimeError) as e:
+    # RuntimeError: huggingface_hub's report of a failed LFS upload.
     first = (str(e).splitlines() or [""])[0][:200]
+    # The Hub's own reason ("Invalid credentials ...") is on a later line.
+    reason = (getattr(e, "server_message", None) or "").strip().splitlines()
+    said = f"; the Hub says: {reason[0][:200]}" if reason else ""
     raise errors.UserError(
-        f"--push-to-hub {repo_id}: upload failed ({type(e).__name__}: {first}); the export"
-        f" is complete in {folder}; check HF_TOKEN and retry"
+        f"--push-to-hub {repo_id}: upload failed ({type(e).__name__}: {first}{said}); the export"
+        f" is complete in {folder}; check HF_TOKEN (or `hf auth login`) and retry"
     ) from None
   return str(url)
 
@@ -524,8 +543,8 @@ def export(workdir: str | os.PathLike, out: str | os.PathLike, *, step: int | No
            overwrite: bool = False, push_to_hub_repo: str | None = None) -> pathlib.Path:
   """Restores `workdir`'s policy at `step`, merges it and writes `out`."""
   from configs import base  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import policy as policy_lib  # pylint: disable=g-import-not-at-top
 
   workdir = storage.path(workdir)
   if not workdir.is_dir():
@@ -534,7 +553,7 @@ def export(workdir: str | os.PathLike, out: str | os.PathLike, *, step: int | No
   check_options(workdir, pathlib.Path(out).expanduser().absolute(), dtype=dtype, fmt=fmt,
                 max_shard_size=max_shard_size, overwrite=overwrite)
 
-  policy = checkpoints.restore(workdir, mesh_lib.make_mesh(base.get_config().mesh), step)
+  policy = policy_lib.restore(workdir, mesh_lib.make_mesh(base.get_config().mesh), step)
   logging.info("restored step %d of %s", policy.step, workdir)
   out = export_policy(policy, workdir, out, dtype=dtype, fmt=fmt,
                       max_shard_size=max_shard_size, overwrite=overwrite)
@@ -563,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard (hf)")
   parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
   parser.add_argument("--push-to-hub", metavar="REPO_ID",
-                      help="upload the export to this private hub repo (token: HF_TOKEN)")
+                      help="upload the export to this private hub repo (token: HF_TOKEN, else `hf auth login`)")
   args = parser.parse_args(argv)
   with errors.exit_on_user_error():
     from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top

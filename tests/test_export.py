@@ -9,22 +9,22 @@ import hashlib
 import json
 import pathlib
 import types
-from unittest import mock
 
 import numpy as np
 import pytest
 
 from conftest import device_mesh
 from configs import base
-from gemma_grpo import checkpoints
 from gemma_grpo import errors
 from gemma_grpo import export
 from gemma_grpo import gguf_io
 from gemma_grpo import lora
 from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import policy as policy_lib
 from gemma_grpo import prompts
 
 from conftest import run_cli  # pylint: disable=g-bad-import-order
+import fake_hub  # pylint: disable=g-bad-import-order
 
 # 72 tokens with <bos>: longer than the tiny model's 64-token sliding window.
 QUESTION = (
@@ -132,7 +132,7 @@ def exported(tiny_run, tmp_path_factory):
   and after the exports.
   """
   before = tree_digest(tiny_run)
-  policy = checkpoints.restore(tiny_run, mesh_lib.make_mesh(base.get_config().mesh))
+  policy = policy_lib.restore(tiny_run, mesh_lib.make_mesh(base.get_config().mesh))
   randomize_lora_b(policy.actor, "layers", seed=0)
   root = tmp_path_factory.mktemp("exports")
   dirs = {}
@@ -324,6 +324,24 @@ def test_model_card_names_the_run_and_its_evaluation(exported, tmp_path):
                  c.grpo.algorithm):
     assert needle in card, needle
   assert (exported.dirs["fp32"] / "README.md").read_text().startswith("---\nlicense: gemma")
+
+
+def test_model_card_shows_the_few_shot_prompt_the_stop_text_and_the_runs_own_evals(exported, tmp_path):
+  import dataclasses  # pylint: disable=g-import-not-at-top
+
+  c = exported.policy.config.copy_and_resolve_references()
+  c.data.few_shot = (("Solve for x: x + 7 = 15", "x = 15 - 7 = 8.", "8"),)
+  c.rollout.stop_text = "</answer>"
+  policy = dataclasses.replace(exported.policy, config=c)
+  for step, accuracy in ((0, 0.25), (14, 0.5)):
+    (tmp_path / "eval" / f"step_{step:06d}").mkdir(parents=True)
+    (tmp_path / "eval" / f"step_{step:06d}" / "eval.json").write_text(
+        json.dumps({"metrics": {"accuracy": accuracy}}))
+  card = export.model_card(policy, tmp_path, "hf", "float32")
+  assert "Solve for x: x + 7 = 15" in card and "1 solved example as" in card
+  assert "`</answer>`: use it as a stop string" in card
+  assert card.index("`eval/step_000000/eval.json`") < card.index("`eval/step_000014/eval.json`")
+  assert "| accuracy | 0.5 |" in card
 
 
 def test_sharded_export_has_an_index_and_loads_the_same(exported, tmp_path):
@@ -541,32 +559,69 @@ def test_a_failed_export_leaves_nothing_behind(exported, tmp_path, monkeypatch):
   assert list(tmp_path.iterdir()) == []
 
 
-def test_push_to_hub_uploads_the_folder_to_a_private_repo(exported, tmp_path, monkeypatch, capsys, caplog):
-  monkeypatch.setenv("HF_TOKEN", "hf_not_a_real_token")
-  monkeypatch.setattr(checkpoints, "restore", lambda workdir, mesh, step=None: exported.policy)
+# --- Pushing to the hub ------------------------------------------------------------
+
+HUB_TOKEN = "hf_fake_token_only_the_local_hub_accepts"
+
+
+@pytest.fixture
+def hub(monkeypatch):
+  """tests/fake_hub.py on localhost, where huggingface_hub sends its requests.
+
+  HfApi() reads constants.ENDPOINT when it is made (HF_ENDPOINT is read once,
+  at import). hf_xet is installed, so upload_folder would send the weights by
+  Xet, whose storage service the fake does not emulate: HF_HUB_DISABLE_XET
+  (also read at import; the constant is looked up on every upload) sends them
+  by LFS, through preupload, the LFS batch and a PUT to the storage URL.
+  """
+  # A submodule import: huggingface_hub loads its attributes lazily.
+  from huggingface_hub import constants  # pylint: disable=g-import-not-at-top
+
+  with fake_hub.FakeHub(token=HUB_TOKEN) as server:
+    monkeypatch.setattr(constants, "ENDPOINT", server.url)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
+    yield server
+
+
+def test_push_to_hub_uploads_the_export_byte_for_byte_to_a_private_repo(
+    exported, hub, tmp_path, monkeypatch, capsys, caplog):
+  monkeypatch.setattr(policy_lib, "restore", lambda workdir, mesh, step=None: exported.policy)
   (tmp_path / "run").mkdir()
-  with mock.patch("huggingface_hub.HfApi") as api_class:
-    api_class.return_value.create_repo.return_value = "https://huggingface.co/me/gemma-grpo-tiny"
-    code = export.main(["--workdir", str(tmp_path / "run"), "--out", str(tmp_path / "out"),
-                        "--push-to-hub", "me/gemma-grpo-tiny"])
+  out = tmp_path / "out"
+  code = export.main(["--workdir", str(tmp_path / "run"), "--out", str(out),
+                      "--push-to-hub", "me/gemma-grpo-tiny"])
   assert code == 0
-  api_class.assert_called_once_with(token="hf_not_a_real_token")
-  api = api_class.return_value
-  api.create_repo.assert_called_once_with("me/gemma-grpo-tiny", private=True, exist_ok=True, repo_type="model")
-  kwargs = api.upload_folder.call_args.kwargs
-  assert kwargs["folder_path"] == str(tmp_path / "out") and kwargs["repo_id"] == "me/gemma-grpo-tiny"
+  assert hub.unexpected == [], hub.log
+  assert hub.created == [{"organization": "me", "name": "gemma-grpo-tiny", "visibility": "private", "type": "model"}]
+  local = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+  pushed = hub.repos["me/gemma-grpo-tiny"]
+  assert sorted(pushed) == sorted(local)
+  for path, data in local.items():
+    assert pushed[path] == data, path  # compared one by one: a 67 MB diff would drown the name
+  # The weights went by LFS, the path a multi-GB export must take; small files in the commit.
+  stored = {path.removeprefix("/lfs/") for method, path, _ in hub.log if method == "PUT"}
+  assert hashlib.sha256(local[export.SINGLE_FILE]).hexdigest() in stored
+  assert hashlib.sha256(local["config.json"]).hexdigest() not in stored
+  # The token goes to the Hub's API and nowhere else: not to the storage URL
+  # (presigned on the real Hub), not to telemetry, not to the output or the logs.
+  for method, path, auth in hub.log:
+    public = path.startswith("/lfs/") or path == "/api/agent-harnesses"
+    assert auth == (None if public else f"Bearer {HUB_TOKEN}"), (method, path)
   captured = capsys.readouterr()
-  assert "hf_not_a_real_token" not in captured.out + captured.err + caplog.text
+  assert HUB_TOKEN not in captured.out + captured.err + caplog.text
 
 
-def test_hub_failures_are_one_line_user_errors(tmp_path):
-  from huggingface_hub import errors as hub_errors  # pylint: disable=g-import-not-at-top
-
-  with mock.patch("huggingface_hub.HfApi") as api_class:
-    api_class.return_value.create_repo.side_effect = hub_errors.HfHubHTTPError(
-        "401 Unauthorized\nmore", response=mock.MagicMock(status_code=401, headers={}))
-    with pytest.raises(errors.UserError, match=r"--push-to-hub me/x: upload failed \(HfHubHTTPError: 401"):
-      export.push_to_hub(tmp_path, "me/x")
+def test_a_rejected_hub_token_is_a_one_line_user_error(hub, tmp_path, monkeypatch):
+  monkeypatch.setenv("HF_TOKEN", "hf_revoked_token")
+  with pytest.raises(errors.UserError) as error:
+    export.push_to_hub(tmp_path, "me/x")
+  message = str(error.value)
+  # huggingface_hub's own words, first line only: "Client error '401 Unauthorized' for url ...".
+  assert message.startswith("--push-to-hub me/x: upload failed (HfHubHTTPError: Client error '401"), message
+  assert "check HF_TOKEN" in message and "\n" not in message and "hf_revoked_token" not in message, message
+  assert "the Hub says: " in message, message  # the server's reason, from a later line
+  assert hub.repos == {} and hub.unexpected == [], hub.log
 
 
 # --- The real Gemma-3-270M ----------------------------------------------------------
@@ -583,7 +638,7 @@ def test_offline_270m_with_random_lora_exports_faithfully(tmp_path):
   loaded = model_lib.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
   randomize_lora_b(actor, "layers", seed=0, std=0.02)
-  policy = checkpoints.Policy(c, loaded, actor, step=0)
+  policy = policy_lib.Policy(c, loaded, actor, step=0)
   ids = loaded.tokenizer.encode("The capital of France is Paris, and the capital of Italy is")
   ref = JaxReference(actor, len(ids)).logits(ids)
   unmerged = JaxReference(loaded.model, len(ids)).logits(ids)
