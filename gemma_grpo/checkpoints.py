@@ -335,16 +335,6 @@ def write_identity(workdir: storage.PathLike, ident: dict[str, Any]) -> None:
 # --- Restoring a trained policy (eval, export) -------------------------------
 
 
-@dataclasses.dataclass
-class Policy:
-  """A trained LoRA policy restored from a work directory."""
-
-  config: Any  # ml_collections.ConfigDict of the run
-  loaded: Any  # model.Loaded: base model, tokenizer, directories
-  actor: Any  # the base model with the restored LoRA adapters
-  step: int
-
-
 def restore_adapter(actor, workdir: storage.PathLike, step: int | None = None) -> int:
   """Loads checkpoint `step` (default: the newest readable) into `actor`'s LoRA."""
   from tunix.sft import checkpoint_manager  # pylint: disable=g-import-not-at-top
@@ -366,52 +356,3 @@ def restore_adapter(actor, workdir: storage.PathLike, step: int | None = None) -
   finally:
     manager.close()
   return restored
-
-
-def restore(workdir: storage.PathLike, mesh, step: int | None = None) -> Policy:
-  """The policy of `workdir` at `step` (default: the newest readable checkpoint)."""
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
-
-  workdir = storage.path(workdir)
-  c = config_lib.load_saved(workdir / "config.json")
-  if not saved_steps(workdir):
-    raise errors.UserError(f"{actor_dir(workdir)}: no checkpoint to restore")
-  loaded = model_lib.build(c.model, mesh)
-  actor = lora.apply(loaded.model, c.lora, mesh)
-  restored = restore_adapter(actor, workdir, step)
-  return Policy(c, loaded, actor, restored)
-
-
-def merge_into_base(base, workdir: storage.PathLike, mesh, *, source: str) -> int:
-  """Folds the adapter of a finished run into `base`'s weights, in place.
-
-  This is how GRPO starts from an SFT run: the merged model is both the
-  starting policy and the KL reference, and GRPO trains a fresh adapter on
-  top. Returns the step merged.
-  """
-  import jax  # pylint: disable=g-import-not-at-top
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
-
-  workdir = storage.path(workdir)
-  where = f"model.init_lora_from={workdir}"
-  if not (workdir / "config.json").is_file():
-    raise errors.UserError(f"{where}: not a gemma-grpo work directory (no config.json)")
-  c = config_lib.load_saved(workdir / "config.json")
-  if c.model.source != source or c.model.init_lora_from:
-    raise errors.UserError(
-        f"{where}: that run trained {c.model.source!r}"
-        f"{' on top of another adapter' if c.model.init_lora_from else ''}, this one"
-        f" loads {source!r}; start from a run on the same base model"
-    )
-  actor = lora.apply(base, c.lora, mesh)
-  step = restore_adapter(actor, workdir)
-  merged = lora.merged_params(actor, c.lora.alpha / c.lora.rank)
-  state = nnx.state(base)
-  for path, variable in nnx.to_flat_state(state):
-    old = variable.get_value()
-    variable.set_value(jax.device_put(merged[".".join(map(str, path))].astype(old.dtype), old.sharding))
-  nnx.update(base, state)
-  return step

@@ -20,11 +20,21 @@ arrays, which are the donated buffers under new handles.
 
 from __future__ import annotations
 
+import functools
+import os
+
 from flax import nnx
+import ml_collections
+import orbax.checkpoint as ocp
 from tunix.rl import rl_cluster as rl_cluster_lib
+from tunix.rl.rollout import base_rollout
+from tunix.sft import metrics_logger
 
 from gemma_grpo import host_memory
 from gemma_grpo import lora
+from gemma_grpo import optim
+from gemma_grpo import rollout
+from gemma_grpo import storage
 from gemma_grpo import trainers
 
 
@@ -60,3 +70,77 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
     # Steps count optimizer updates (grpo.num_iterations of them per batch),
     # so a batch's metrics land on the step of its first update.
     self.global_steps = self.actor_trainer.train_steps
+
+
+# --- The cluster's configuration, from a validated config ----------------------
+
+
+def rollout_configs(c: ml_collections.ConfigDict, stop_token_ids: list[int]):
+  """{TRAIN: sampled rollouts, EVAL: greedy decoding} for Tunix's RLCluster."""
+  r = c.rollout
+  common = dict(
+      max_prompt_length=r.max_prompt_length,
+      kv_cache_size=r.kv_cache_size,
+      # No token id is -1: with ignore_eos every completion runs to the limit.
+      eos_tokens=[-1] if r.ignore_eos else list(stop_token_ids),
+  )
+  train = base_rollout.RolloutConfig(
+      max_tokens_to_generate=r.max_new_tokens,
+      temperature=r.temperature,
+      top_p=r.top_p,
+      top_k=r.top_k or None,
+      **common,
+  )
+  # top_p=None selects Tunix's greedy sampler.
+  evaluation = base_rollout.RolloutConfig(
+      max_tokens_to_generate=c.eval.max_new_tokens, top_p=None, top_k=None,
+      **common,
+  )
+  return {rl_cluster_lib.Mode.TRAIN: train, rl_cluster_lib.Mode.EVAL: evaluation}
+
+
+def rollout_engine(c: ml_collections.ConfigDict):
+  """What RLCluster builds its rollout with: Tunix's name or our engine class."""
+  if c.rollout.engine == "tunix":
+    return "vanilla"
+  return functools.partial(rollout.GroupedRollout, lora_scale=c.lora.alpha / c.lora.rank)
+
+
+def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
+                   stop_token_ids: list[int]):
+  """Tunix's ClusterConfig: actor, reference and rollout on one mesh."""
+  t = c.train
+  training = rl_cluster_lib.RLTrainingConfig(
+      actor_optimizer=optim.optimizer(c.optim, t.max_steps),
+      max_steps=t.max_steps,
+      mini_batch_size=t.batch_size,
+      train_micro_batch_size=t.micro_batch_size or t.batch_size,
+      # Rollouts and log-probs take the whole batch even when the update is
+      # split: decoding reads every weight per token whatever the batch size,
+      # so two half batches would cost almost twice one full one.
+      rollout_micro_batch_size=t.batch_size,
+      compute_logps_micro_batch_size=t.batch_size,
+      # In-training evaluation is ours (greedy, with accuracy); Tunix's only
+      # recomputes the loss, so it never runs.
+      eval_every_n_steps=10**9,
+      checkpoint_root_directory=os.fspath(storage.path(workdir) / "checkpoints"),
+      checkpointing_options=ocp.CheckpointManagerOptions(
+          # Checkpoints are written by hooks.RunHooks after a finiteness check.
+          save_decision_policy=ocp.checkpoint_managers.SpecificStepsPolicy(steps=()),
+          max_to_keep=c.ckpt.keep,
+      ),
+      metrics_logging_options=metrics_logger.MetricsLoggerOptions(
+          log_dir=os.fspath(storage.path(workdir) / "tensorboard"),
+          flush_every_n_steps=c.log.flush_every_steps,
+          backend_kwargs={"custom_backend": [lambda: writer]},
+      ),
+      data_sharding_axis=("fsdp",),
+  )
+  roles = rl_cluster_lib.Role
+  return rl_cluster_lib.ClusterConfig(
+      role_to_mesh={roles.ACTOR: mesh, roles.REFERENCE: mesh, roles.ROLLOUT: mesh},
+      rollout_engine=rollout_engine(c),
+      offload_to_cpu=False,
+      training_config=training,
+      rollout_config=rollout_configs(c, stop_token_ids),
+  )

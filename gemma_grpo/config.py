@@ -8,7 +8,6 @@ the fix.
 from __future__ import annotations
 
 import ast
-import functools
 import importlib.util
 import math
 import os
@@ -373,118 +372,6 @@ def save(c: ml_collections.ConfigDict, path: str | os.PathLike) -> None:
   from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
 
   storage.write_text(storage.path(path), c.to_json_best_effort(indent=2) + "\n")
-
-
-# --- Tunix and optax objects built from a validated config -----------------
-
-
-def learning_rate(c: ml_collections.ConfigDict, max_steps: int):
-  """Linear warmup from 0 over warmup_fraction of the steps, then cosine."""
-  import optax  # pylint: disable=g-import-not-at-top
-
-  warmup = int(c.warmup_fraction * max_steps)
-  return optax.warmup_cosine_decay_schedule(
-      init_value=0.0, peak_value=c.peak_lr, warmup_steps=warmup,
-      decay_steps=max(max_steps, warmup + 1), end_value=c.end_lr,
-  )
-
-
-def optimizer(c: ml_collections.ConfigDict, max_steps: int):
-  """Global-norm clip, then AdamW on the `learning_rate` schedule.
-
-  The rate is injected as a hyperparameter so Tunix logs it.
-  """
-  import optax  # pylint: disable=g-import-not-at-top
-
-  def clipped_adamw(learning_rate):
-    return optax.chain(
-        optax.clip_by_global_norm(c.max_grad_norm),
-        optax.adamw(learning_rate, b1=c.b1, b2=c.b2, weight_decay=c.weight_decay),
-    )
-
-  return optax.inject_hyperparams(clipped_adamw)(learning_rate=learning_rate(c, max_steps))
-
-
-def rollout_configs(c: ml_collections.ConfigDict, stop_token_ids: list[int]):
-  """{TRAIN: sampled rollouts, EVAL: greedy decoding} for Tunix's RLCluster."""
-  from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
-  from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
-
-  r = c.rollout
-  common = dict(
-      max_prompt_length=r.max_prompt_length,
-      kv_cache_size=r.kv_cache_size,
-      # No token id is -1: with ignore_eos every completion runs to the limit.
-      eos_tokens=[-1] if r.ignore_eos else list(stop_token_ids),
-  )
-  train = base_rollout.RolloutConfig(
-      max_tokens_to_generate=r.max_new_tokens,
-      temperature=r.temperature,
-      top_p=r.top_p,
-      top_k=r.top_k or None,
-      **common,
-  )
-  # top_p=None selects Tunix's greedy sampler.
-  evaluation = base_rollout.RolloutConfig(
-      max_tokens_to_generate=c.eval.max_new_tokens, top_p=None, top_k=None,
-      **common,
-  )
-  return {rl_cluster_lib.Mode.TRAIN: train, rl_cluster_lib.Mode.EVAL: evaluation}
-
-
-def rollout_engine(c: ml_collections.ConfigDict):
-  """What RLCluster builds its rollout with: Tunix's name or our engine class."""
-  if c.rollout.engine == "tunix":
-    return "vanilla"
-  from gemma_grpo import rollout  # pylint: disable=g-import-not-at-top
-
-  return functools.partial(rollout.GroupedRollout, lora_scale=c.lora.alpha / c.lora.rank)
-
-
-def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
-                   stop_token_ids: list[int]):
-  """Tunix's ClusterConfig: actor, reference and rollout on one mesh."""
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
-  from tunix.sft import metrics_logger  # pylint: disable=g-import-not-at-top
-
-  from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
-
-  t = c.train
-  training = rl_cluster_lib.RLTrainingConfig(
-      actor_optimizer=optimizer(c.optim, t.max_steps),
-      max_steps=t.max_steps,
-      mini_batch_size=t.batch_size,
-      train_micro_batch_size=t.micro_batch_size or t.batch_size,
-      # Rollouts and log-probs take the whole batch even when the update is
-      # split: decoding reads every weight per token whatever the batch size,
-      # so two half batches would cost almost twice one full one.
-      rollout_micro_batch_size=t.batch_size,
-      compute_logps_micro_batch_size=t.batch_size,
-      # In-training evaluation is ours (greedy, with accuracy); Tunix's only
-      # recomputes the loss, so it never runs.
-      eval_every_n_steps=10**9,
-      checkpoint_root_directory=os.fspath(storage.path(workdir) / "checkpoints"),
-      checkpointing_options=ocp.CheckpointManagerOptions(
-          # Checkpoints are written by hooks.RunHooks after a finiteness check.
-          save_decision_policy=ocp.checkpoint_managers.SpecificStepsPolicy(steps=()),
-          max_to_keep=c.ckpt.keep,
-      ),
-      metrics_logging_options=metrics_logger.MetricsLoggerOptions(
-          log_dir=os.fspath(storage.path(workdir) / "tensorboard"),
-          flush_every_n_steps=c.log.flush_every_steps,
-          backend_kwargs={"custom_backend": [lambda: writer]},
-      ),
-      data_sharding_axis=("fsdp",),
-  )
-  roles = rl_cluster_lib.Role
-  return rl_cluster_lib.ClusterConfig(
-      role_to_mesh={roles.ACTOR: mesh, roles.REFERENCE: mesh, roles.ROLLOUT: mesh},
-      rollout_engine=rollout_engine(c),
-      offload_to_cpu=False,
-      training_config=training,
-      rollout_config=rollout_configs(c, stop_token_ids),
-  )
 
 
 def _assign(node: ml_collections.ConfigDict, values: dict, prefix: str) -> None:

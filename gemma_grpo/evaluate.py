@@ -585,13 +585,12 @@ def _compare_baseline(x: str, c):
 
 def _load_policy(target: Target, c, mesh):
   """(model, tokenizer) of a target; a work directory's with its LoRA."""
-  from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import policy as policy_lib  # pylint: disable=g-import-not-at-top
 
   if target.workdir is not None:
-    policy = checkpoints.restore(target.workdir, mesh, target.step)
+    policy = policy_lib.restore(target.workdir, mesh, target.step)
     return policy.actor, policy.loaded.tokenizer
-  loaded = model_lib.build(c.model, mesh)
+  loaded = policy_lib.load_base(c.model, mesh)
   return loaded.model, loaded.tokenizer
 
 

@@ -251,10 +251,5 @@ def build(c: ml_collections.ConfigDict, mesh) -> Loaded:
     tokenizer_dir = model_dir
   tokenizer = tokenizer_lib.load(tokenizer_dir)
   model = modeling.convert(model)
-  if c.init_lora_from:
-    from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
-
-    step = checkpoints.merge_into_base(model, c.init_lora_from, mesh, source=c.source)
-    logging.info("Merged the adapter of %s (step %d) into the base model", c.init_lora_from, step)
   return Loaded(model, tokenizer, model_dir, tokenizer_dir)
 

@@ -141,7 +141,8 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import optim  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import policy as policy_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import trainers  # pylint: disable=g-import-not-at-top
 
   config_lib.validate(c, jax.device_count())
@@ -153,7 +154,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
     config_lib.save(c, work / "config.json")
   phases = console.Phases()
   mesh = mesh_lib.make_mesh(c.mesh)
-  loaded = model_lib.build(c.model, mesh)
+  loaded = policy_lib.load_base(c.model, mesh)
   phases.done(f"model: {c.model.source} loaded ({c.model.dtype})")
   actor = lora.apply(loaded.model, c.lora, mesh)
   phases.done(f"LoRA: {lora.num_lora_params(actor)} trainable parameters")
@@ -162,12 +163,12 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   phases.done(f"sft data: {len(tokens)} examples ({dropped} dropped: no solution or longer"
               f" than {c.sft.max_length} tokens)")
 
-  optim = c.optim.copy_and_resolve_references()
-  optim.peak_lr = c.sft.peak_lr
+  optim_c = c.optim.copy_and_resolve_references()
+  optim_c.peak_lr = c.sft.peak_lr
   writer = metrics_lib.Writer(
       work / "tensorboard", flush_every_steps=c.log.flush_every_steps,
       max_steps=c.sft.max_steps, is_chief=jax.process_index() == 0,
-      learning_rate=config_lib.learning_rate(optim, c.sft.max_steps),
+      learning_rate=optim.learning_rate(optim_c, c.sft.max_steps),
   )
   training = peft_trainer.TrainingConfig(
       eval_every_n_steps=10**9,
@@ -188,7 +189,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   with jax.set_mesh(mesh):
     # The base model's arrays are donated with the actor's at the first step;
     # only its tokenizer is used from here on.
-    trainer = trainers.PeftTrainer(actor, config_lib.optimizer(optim, c.sft.max_steps), training)
+    trainer = trainers.PeftTrainer(actor, optim.optimizer(optim_c, c.sft.max_steps), training)
 
     def loss(model, tokens_BxL, target_mask_BxL):  # nnx.grad needs named args
       return loss_fn(model, tokens_BxL, target_mask_BxL, pad_id)

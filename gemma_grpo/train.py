@@ -98,7 +98,8 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
   from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import optim  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import policy as policy_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import rewards  # pylint: disable=g-import-not-at-top
   from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
@@ -110,7 +111,7 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
 
   phases = console.Phases()
   mesh = mesh_lib.make_mesh(c.mesh)
-  loaded = model_lib.build(c.model, mesh)
+  loaded = policy_lib.load_base(c.model, mesh)
   phases.done(f"model: {c.model.source} loaded ({c.model.dtype})")
   ident = checkpoints.identity(c, checkpoints.model_shape(loaded.model))
   checkpoints.check_identity(work, ident)
@@ -129,14 +130,14 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
   writer = metrics_lib.Writer(
       work / "tensorboard", flush_every_steps=c.log.flush_every_steps,
       max_steps=c.train.max_steps, is_chief=is_chief,
-      learning_rate=config_lib.learning_rate(c.optim, c.train.max_steps),
+      learning_rate=optim.learning_rate(c.optim, c.train.max_steps),
   )
   try:
     cluster = cluster_lib.SharedWeightsCluster(
         actor=actor,
         reference=loaded.model,
         tokenizer=loaded.tokenizer,
-        cluster_config=config_lib.cluster_config(c, mesh, work, writer, stop_ids),
+        cluster_config=cluster_lib.cluster_config(c, mesh, work, writer, stop_ids),
     )
   except ValueError as e:
     writer.close()

@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from gemma_grpo import cluster as cluster_lib
@@ -12,6 +13,7 @@ from gemma_grpo import lora
 from gemma_grpo import mesh as mesh_lib
 from gemma_grpo import metrics as metrics_lib
 from gemma_grpo import model as model_lib
+from gemma_grpo import optim
 from gemma_grpo import rewards
 from gemma_grpo import tokenizer as tokenizer_lib
 
@@ -32,10 +34,10 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
   loaded = model_lib.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
   writer = metrics_lib.Writer(tmp_path / "tensorboard", flush_every_steps=1, max_steps=1,
-                              is_chief=True, learning_rate=config_lib.learning_rate(c.optim, 1))
+                              is_chief=True, learning_rate=optim.learning_rate(c.optim, 1))
   cluster = cluster_lib.SharedWeightsCluster(
       actor=actor, reference=loaded.model, tokenizer=loaded.tokenizer,
-      cluster_config=config_lib.cluster_config(
+      cluster_config=cluster_lib.cluster_config(
           c, mesh, tmp_path, writer, tokenizer_lib.stop_token_ids(loaded.tokenizer)))
   policy = cluster.actor_trainer.model
   # The rollout engine samples from the trained module itself, so no weight
@@ -64,3 +66,15 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
   assert any(changed), "the update left every adapter unchanged"
   rollout_adapters = lora_leaves(cluster.rollout.model())
   assert all(np.array_equal(a, b) for a, b in zip(rollout_adapters, lora_leaves(policy)))
+
+
+@pytest.mark.parametrize("engine, want", [("tunix", "vanilla"), ("grouped", "GroupedRollout")])
+def test_rollout_engine_picks_tunix_or_ours(engine, want):
+  tiny = config_lib.load("configs/tiny.py")
+  tiny.rollout.engine = engine
+  picked = cluster_lib.rollout_engine(tiny)
+  if want == "vanilla":
+    assert picked == "vanilla"
+  else:
+    assert picked.func.__name__ == want
+    assert picked.keywords == {"lora_scale": tiny.lora.alpha / tiny.lora.rank}

@@ -1,7 +1,6 @@
 """Config files, command-line overrides and validation."""
 
 import json
-import math
 
 import pytest
 
@@ -111,17 +110,6 @@ def test_validation_names_field_value_and_fix(tiny, field, value, needle):
   assert any(needle in line for line in lines), lines
 
 
-@pytest.mark.parametrize("engine, want", [("tunix", "vanilla"), ("grouped", "GroupedRollout")])
-def test_rollout_engine_picks_tunix_or_ours(tiny, engine, want):
-  tiny.rollout.engine = engine
-  picked = config_lib.rollout_engine(tiny)
-  if want == "vanilla":
-    assert picked == "vanilla"
-  else:
-    assert picked.func.__name__ == want
-    assert picked.keywords == {"lora_scale": tiny.lora.alpha / tiny.lora.rank}
-
-
 def test_validation_reports_every_problem_at_once(tiny):
   tiny.grpo.num_generations = 1
   tiny.train.max_steps = 0
@@ -172,20 +160,3 @@ def test_saved_config_from_another_version_is_reported(tmp_path):
 def test_missing_config_file_is_a_user_error():
   with pytest.raises(errors.UserError, match="no such file"):
     config_lib.load("configs/nope.py")
-
-
-def test_optimizer_warms_up_from_zero_then_decays(tiny):
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-
-  tiny.optim.peak_lr, tiny.optim.warmup_fraction = 1e-3, 0.1
-  tx = config_lib.optimizer(tiny.optim, max_steps=100)
-  params = {"w": jnp.ones(3)}
-  state = tx.init(params)
-  lrs = []
-  for _ in range(100):  # the learning rate update k used
-    _, state = tx.update({"w": jnp.ones(3)}, state, params)
-    lrs.append(float(state.hyperparams["learning_rate"]))
-  assert lrs[0] == 0.0
-  assert lrs[10] == pytest.approx(1e-3)  # warmup of 10% of 100 steps
-  assert lrs[55] == pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * 45 / 90)), rel=1e-4)
-  assert lrs[-1] < 1e-5

@@ -170,6 +170,7 @@ def test_gemma3_1b_builds_up_to_the_weights():
   """configs/gemma3_1b.py end to end without downloading: abstract 1B + LoRA."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
 
   c = config_lib.load("configs/gemma3_1b.py")
@@ -178,7 +179,7 @@ def test_gemma3_1b_builds_up_to_the_weights():
   abstract = nnx.eval_shape(lambda: gemma3.Gemma3(tunix_config, rngs=nnx.Rngs(0)))
   sizes = sum(x.size for x in jax.tree.leaves(nnx.state(abstract)))
   assert 0.99e9 < sizes < 1.01e9  # Gemma-3-1B
-  cluster = config_lib.cluster_config(c, mesh=None, workdir="/tmp/g1b", writer=None, stop_token_ids=[1, 106])
+  cluster = cluster_lib.cluster_config(c, mesh=None, workdir="/tmp/g1b", writer=None, stop_token_ids=[1, 106])
   assert cluster.training_config.max_steps == 100
   rollout = cluster.rollout_config[next(iter(cluster.rollout_config))]
   assert rollout.kv_cache_size >= rollout.max_prompt_length + rollout.max_tokens_to_generate

@@ -11,6 +11,7 @@ from gemma_grpo import data
 from gemma_grpo import errors
 from gemma_grpo import hooks
 from gemma_grpo import metrics
+from gemma_grpo import policy as policy_lib
 from gemma_grpo import prompts
 from gemma_grpo import sft
 
@@ -102,14 +103,13 @@ def test_grpo_starts_from_the_merged_sft_policy(sft_run, tmp_path):
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
 
   c = config_lib.load("configs/tiny.py")
   c.model.init_lora_from = str(sft_run)
   c.mesh.fsdp = 8
   mesh = mesh_lib.make_mesh(c.mesh)
-  merged = model_lib.build(c.model, mesh).model
-  sft_policy = checkpoints.restore(sft_run, mesh).actor
+  merged = policy_lib.load_base(c.model, mesh).model
+  sft_policy = policy_lib.restore(sft_run, mesh).actor
   tokens = jnp.array([[2, 10, 11, 12, 13, 14]] * 8)
   positions = jnp.arange(6)[None].repeat(8, 0)
   mask = jnp.tril(jnp.ones((8, 6, 6), bool))
@@ -123,9 +123,9 @@ def test_grpo_starts_from_the_merged_sft_policy(sft_run, tmp_path):
            f"--config.model.init_lora_from={sft_run}", "--config.train.max_steps=1"])
   assert checkpoints.saved_steps(workdir) == [1]
   with pytest.raises(errors.UserError, match="not a gemma-grpo work directory"):
-    checkpoints.merge_into_base(merged, tmp_path, mesh, source="random")
+    policy_lib.merge_into_base(merged, tmp_path, mesh, source="random")
   with pytest.raises(errors.UserError, match="start from a run on the same base model"):
-    checkpoints.merge_into_base(merged, sft_run, mesh, source="gguf:gemma-3-270m")
+    policy_lib.merge_into_base(merged, sft_run, mesh, source="gguf:gemma-3-270m")
 
 
 class RecordingWriter:

@@ -1,0 +1,30 @@
+"""The optimizer (gemma_grpo/optim.py)."""
+
+import math
+
+import pytest
+
+from gemma_grpo import config as config_lib
+from gemma_grpo import optim
+
+
+@pytest.fixture
+def tiny():
+  return config_lib.load("configs/tiny.py")
+
+
+def test_optimizer_warms_up_from_zero_then_decays(tiny):
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  tiny.optim.peak_lr, tiny.optim.warmup_fraction = 1e-3, 0.1
+  tx = optim.optimizer(tiny.optim, max_steps=100)
+  params = {"w": jnp.ones(3)}
+  state = tx.init(params)
+  lrs = []
+  for _ in range(100):  # the learning rate update k used
+    _, state = tx.update({"w": jnp.ones(3)}, state, params)
+    lrs.append(float(state.hyperparams["learning_rate"]))
+  assert lrs[0] == 0.0
+  assert lrs[10] == pytest.approx(1e-3)  # warmup of 10% of 100 steps
+  assert lrs[55] == pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * 45 / 90)), rel=1e-4)
+  assert lrs[-1] < 1e-5
