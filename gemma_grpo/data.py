@@ -129,16 +129,15 @@ def check_source(c: ml_collections.ConfigDict) -> None:
 
 
 def load_gsm8k_hub(split: str) -> list[Problem]:
-  import huggingface_hub  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import hub  # pylint: disable=g-import-not-at-top
 
   try:
-    path = huggingface_hub.hf_hub_download(
-        GSM8K_HUB_ID, f"main/{split}-00000-of-00001.parquet", repo_type="dataset"
-    )
+    path = hub.download_file(GSM8K_HUB_ID, f"main/{split}-00000-of-00001.parquet", repo_type="dataset")
   except Exception as e:  # pylint: disable=broad-exception-caught
+    why = str(e) if isinstance(e, hub.Unreachable) else type(e).__name__
     raise errors.UserError(
         f"data.source=gsm8k: cannot download {GSM8K_HUB_ID} split {split!r}"
-        f" ({type(e).__name__}); pass a local GSM8K .jsonl/.parquet path or"
+        f" ({why}); pass a local GSM8K .jsonl/.parquet path or"
         " reasoning_gym:gsm_symbolic"
     ) from None
   return read_parquet(pathlib.Path(path))

@@ -24,6 +24,7 @@ from absl import logging
 import ml_collections
 
 from gemma_grpo import errors
+from gemma_grpo import hub
 from gemma_grpo import mesh as mesh_lib
 from gemma_grpo import modeling
 from gemma_grpo import tokenizer as tokenizer_lib
@@ -73,11 +74,10 @@ def offline_270m_dir(c: ml_collections.ConfigDict) -> pathlib.Path:
 
 def _download(repo_id: str, c: ml_collections.ConfigDict) -> pathlib.Path:
   """Snapshot of the weights, config and tokenizer of a hub repo."""
-  import huggingface_hub  # pylint: disable=g-import-not-at-top
   from huggingface_hub import errors as hub_errors  # pylint: disable=g-import-not-at-top
 
   try:
-    path = huggingface_hub.snapshot_download(
+    path = hub.download_repo(
         repo_id,
         allow_patterns=["*.safetensors", "*.json", "tokenizer.model"],
         cache_dir=str(cache_root(c) / "hub"),
@@ -99,9 +99,10 @@ def _download(repo_id: str, c: ml_collections.ConfigDict) -> pathlib.Path:
         " token); check the name or set HF_TOKEN."
     ) from None
   except (hub_errors.HfHubHTTPError, hub_errors.LocalEntryNotFoundError, OSError) as e:
+    why = str(e) if isinstance(e, hub.Unreachable) else type(e).__name__
     raise errors.UserError(
         f"model.source: cannot download {repo_id} from the Hugging Face hub"
-        f" ({type(e).__name__}); pass a local directory or use {OFFLINE_270M}."
+        f" ({why}); pass a local directory or use {OFFLINE_270M}."
     ) from None
   return pathlib.Path(path)
 
