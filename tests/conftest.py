@@ -60,6 +60,19 @@ def run_cli(args: list[str], *, devices: int = 1, timeout: int = 600,
   return proc
 
 
+def run_python(code: str, *, cwd: pathlib.Path, devices: int = 1,
+               timeout: int = 600) -> subprocess.CompletedProcess:
+  """Runs `python -c CODE` in `cwd`, as a user's script or notebook would."""
+  env = cli_env(devices)
+  env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+  proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
+                        text=True, timeout=timeout, check=False)
+  if proc.returncode != 0:
+    raise AssertionError(f"python -c exited {proc.returncode}\n--- stdout ---\n"
+                         f"{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-6000:]}")
+  return proc
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> pathlib.Path:
   """A work directory holding a finished 2-step run of configs/tiny.py.

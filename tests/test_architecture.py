@@ -9,8 +9,8 @@ import ast
 import pathlib
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "gemma_grpo"
-# The modules a user's command line reaches; nothing below may import them.
-COMMANDS = {"train", "sft", "evaluate", "export", "plots", "cli"}
+# The front ends, the CLI's commands and the Python API; nothing below may import them.
+COMMANDS = {"train", "sft", "evaluate", "export", "plots", "cli", "api"}
 
 
 def imports_of(path: pathlib.Path) -> set[str]:

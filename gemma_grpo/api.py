@@ -1,0 +1,125 @@
+"""gemma-grpo from Python (a notebook, a sweep script): train, read, evaluate, export.
+
+  from gemma_grpo import api
+
+  c = api.load_config("configs/gemma3_270m.py", {"train.max_steps": 4})
+  run = api.train(c, "runs/notebook")          # resumes if the directory holds the run
+  rows = run.metrics()                        # one dict per step, as in metrics.jsonl
+  policy = run.policy()                       # its latest checkpoint: base model + LoRA
+  report = api.evaluate(policy, api.heldout(policy, 16))
+  api.export(run.workdir, "exported/notebook")
+
+The same code paths as the CLI (`gemma-grpo train|eval|export`), one process;
+failures raise instead of exiting: `errors.UserError` for bad input (the
+message names the field and the fix), `TrainingStopped` for a run that ended
+early (NaN, a failing reward function, a signal), its checkpoints kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from typing import Any, Mapping, Sequence
+
+import ml_collections
+
+from gemma_grpo import config as config_lib
+from gemma_grpo import data as data_lib
+from gemma_grpo import evaluate as evaluate_lib
+from gemma_grpo import export as export_lib
+from gemma_grpo import generation
+from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import metrics as metrics_lib
+from gemma_grpo import policy as policy_lib
+from gemma_grpo import rewards
+from gemma_grpo import storage
+from gemma_grpo import tokenizer as tokenizer_lib
+from gemma_grpo import train as train_lib
+from gemma_grpo import workdir_lock
+
+
+class TrainingStopped(RuntimeError):
+  """Training ended before train.max_steps; `exit_code` is the CLI's."""
+
+  def __init__(self, exit_code: int, workdir: pathlib.Path):
+    super().__init__(f"training in {workdir} stopped with exit code {exit_code}"
+                     " (see gemma_grpo/train.py); its checkpoints are kept")
+    self.exit_code = exit_code
+
+
+def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
+  """A config file with `{"section.key": value}` overrides applied, validated."""
+  c = config_lib.load(path)
+  for key, value in (overrides or {}).items():
+    config_lib.override(c, key, repr(value) if not isinstance(value, str) else value)
+  config_lib.validate(c)
+  return c
+
+
+@dataclasses.dataclass
+class Run:
+  """A training run's work directory."""
+
+  workdir: pathlib.Path
+
+  @property
+  def config(self) -> ml_collections.ConfigDict:
+    return config_lib.load_saved(self.workdir / "config.json")
+
+  def metrics(self) -> list[dict[str, float]]:
+    """One row per step: rewards, loss, KL, lengths, timing, eval/ values."""
+    return metrics_lib.read_jsonl(self.workdir / "tensorboard" / "metrics.jsonl")
+
+  def policy(self, step: int | None = None) -> policy_lib.Policy:
+    """The policy at checkpoint `step` (default: the latest readable one)."""
+    return policy_lib.restore(self.workdir, mesh_lib.make_mesh(self.config.mesh), step)
+
+
+def train(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Run:
+  """Trains `c` into `workdir` up to train.max_steps (or resumes there)."""
+  workdir = os.fspath(workdir)
+  with workdir_lock.held(storage.path(workdir), take=True):
+    code = train_lib.train(c, workdir)
+  if code:
+    raise TrainingStopped(code, pathlib.Path(workdir))
+  return Run(pathlib.Path(workdir))
+
+
+def heldout(policy: policy_lib.Policy, num_problems: int) -> list[data_lib.Problem]:
+  """The first `num_problems` held-out problems of the policy's own data source."""
+  c = policy.config
+  splits = data_lib.build_splits(c.data, policy.loaded.tokenizer, c.rollout.max_prompt_length)
+  return splits.heldout[:num_problems]
+
+
+def evaluate(policy: policy_lib.Policy, problems: Sequence[data_lib.Problem], *,
+             max_new_tokens: int | None = None) -> dict[str, Any]:
+  """Greedy completions of `problems`, scored as `gemma-grpo eval` scores them.
+
+  Returns {"metrics": {...}, "samples": [...]}: accuracy, format, rewards
+  and lengths; one record per problem (prompt, completion, grade).
+  """
+  c = policy.config
+  tokenizer = policy.loaded.tokenizer
+  max_new_tokens = max_new_tokens or c.eval.max_new_tokens
+  generator = generation.Generator(
+      policy.actor, tokenizer, mesh_lib.make_mesh(c.mesh),
+      max_prompt_length=c.rollout.max_prompt_length, max_new_tokens=max_new_tokens,
+      stop_token_ids=tokenizer_lib.stop_token_ids(tokenizer), stop_text=c.rollout.stop_text,
+      engine=c.rollout.engine, lora_scale=c.lora.alpha / c.lora.rank)
+  decoding = generation.Decoding(max_new_tokens=max_new_tokens)
+
+  def generate(prompts):
+    out = generator.generate(prompts, decoding, batch_size=c.eval.batch_size)
+    return out.texts, out.truncated, out.num_tokens
+
+  metrics, samples = evaluate_lib.run(generate, list(problems), c.eval.batch_size,
+                                      reward_fns=rewards.from_config(c.rewards))
+  return {"metrics": metrics, "samples": samples}
+
+
+def export(workdir: str | os.PathLike, out: str | os.PathLike, *, fmt: str = "hf",
+           dtype: str = "float32", step: int | None = None, overwrite: bool = False) -> pathlib.Path:
+  """Merges the run's LoRA into its base and writes HF safetensors (or GGUF) to `out`."""
+  return export_lib.export(workdir, out, step=step, dtype=dtype, fmt=fmt, overwrite=overwrite)
