@@ -34,8 +34,11 @@ from gemma_grpo import host_memory
 from gemma_grpo import lora
 from gemma_grpo import optim
 from gemma_grpo import rollout
+from gemma_grpo import seam
 from gemma_grpo import storage
 from gemma_grpo import trainers
+
+seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
 
 
 class SharedWeightsCluster(rl_cluster_lib.RLCluster):

@@ -36,7 +36,10 @@ import numpy as np
 from gemma_grpo import errors
 from gemma_grpo import lora
 from gemma_grpo import prompts
+from gemma_grpo import seam
 from gemma_grpo import storage
+
+seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
 
 FORMATS = ("hf", "gguf")
 DTYPES = ("float32", "bfloat16")

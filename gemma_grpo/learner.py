@@ -45,7 +45,10 @@ from tunix.sft import sharding_utils
 
 from gemma_grpo import data as data_lib
 from gemma_grpo import losses
+from gemma_grpo import seam
 from gemma_grpo import tokenizer as tokenizer_lib
+
+seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
 
 Mode = rl_cluster_lib.Mode
 

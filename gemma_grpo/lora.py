@@ -17,6 +17,9 @@ import numpy as np
 
 from gemma_grpo import errors
 from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import seam
+
+seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
 
 
 def _probe_inputs(mesh) -> dict:

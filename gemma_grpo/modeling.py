@@ -23,6 +23,10 @@ import jax
 import jax.numpy as jnp
 from tunix.models.gemma3 import model as gemma3
 
+from gemma_grpo import seam
+
+seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
+
 
 class Gemma3(gemma3.Gemma3):
   """Tunix's Gemma3, plus last-token-only decoding and hidden states."""

@@ -44,6 +44,9 @@ from tunix.rl.rollout import base_rollout
 from gemma_grpo import logprobs
 from gemma_grpo import lora
 from gemma_grpo import modeling
+from gemma_grpo import seam
+
+seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
 
 
 @jax.tree_util.register_dataclass

@@ -18,6 +18,10 @@ from jax.interpreters import pxla
 from tunix.rl import trainer as rl_trainer
 from tunix.sft import peft_trainer
 
+from gemma_grpo import seam
+
+seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
+
 
 class _DonatesModel:
   """Overrides PeftTrainer.jit_train_and_eval_step; the rest is Tunix's."""

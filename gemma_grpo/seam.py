@@ -1,0 +1,170 @@
+"""Where gemma-grpo reaches past Tunix's and Qwix's public APIs, and a canary per touch.
+
+Supported: google-tunix 0.1.7 and qwix 0.1.8 (pyproject.toml pins them).
+Every module that touches their internals calls `check_versions()` as it is
+imported, so another version stops there with one line (`UnsupportedVersion`).
+
+Each touch, why, and what upstream change would remove it:
+
+1. cluster.SharedWeightsCluster sets RLCluster._anchor_policy_state = None.
+   The anchor is a full copy of the actor's weights (1.07 GB for the 270M)
+   kept for Tunix's own old-log-prob path, which our learner never reads.
+   Removed by: an RLCluster option not to keep the anchor.
+2. cluster.SharedWeightsCluster swaps actor_trainer.__class__ for
+   trainers.RLTrainer. RLCluster builds its trainer itself.
+   Removed by: a trainer class (or factory) argument to RLCluster.
+3. trainers re-implements PeftTrainer.jit_train_and_eval_step (reading
+   _jitted_train_step_fn, _jitted_eval_step_fn, _shard_optimizer and
+   jax.interpreters.pxla.thread_resources) to donate the model to the jitted
+   step, so the frozen base is not written out twice every step.
+   Removed by: PeftTrainer donating the model (an option or the default).
+4. learner.Learner overrides GRPOLearner._generate_and_compute_advantage and
+   reads _rollout_micro_batch_size / _compute_logps_micro_batch_size: dynamic
+   sampling, the stop text, grouped rollouts and per-step diagnostics need
+   the step between rollout and advantage. Removed by: public hooks around
+   rollout and advantage computation in RLLearner.
+5. modeling.Gemma3 calls Gemma3._encode_and_get_inputs (the embedding of
+   last-token decoding) and is swapped in by graphdef (nnx.merge of Tunix's
+   state into our subclass). Removed by: Tunix exposing a forward over
+   hidden states / a decode step with a cache of our shape.
+6. rollout and export read Attention._query_norm / _key_norm (the q/k RMS
+   norms) and the state paths that carry those names. Removed by: public
+   names for the norms (the state paths are the checkpoint format, so these
+   only change with a checkpoint-format change).
+7. lora passes skip_nnx_init=True to qwix.apply_lora_to_model and sets the
+   qwix_rngs attribute, so the adapter-creating forward can run compiled
+   (eager, it deadlocks XLA:CPU on 8 simulated devices). Removed by: Qwix
+   creating adapters without a forward pass, or jitting it itself.
+
+`canaries()` checks each touch against the installed packages; tests/test_seam.py
+runs them, and a failure names the version and the touch in one line.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+from typing import Callable
+
+from gemma_grpo import errors
+
+SUPPORTED = {"google-tunix": "0.1.7", "qwix": "0.1.8"}
+
+
+class UnsupportedVersion(errors.UserError, ImportError):
+  """An installed Tunix or Qwix other than the one the touches were made for."""
+
+
+def check_versions(installed: dict[str, str] | None = None) -> None:
+  """Raises UnsupportedVersion, one line, unless every SUPPORTED version is installed."""
+  for package, wanted in SUPPORTED.items():
+    found = (installed or {}).get(package) if installed is not None else _version(package)
+    if found != wanted:
+      raise UnsupportedVersion(
+          f"gemma-grpo needs {package}=={wanted} (it reaches into its internals,"
+          f" gemma_grpo/seam.py), found {found or 'none'}; run `pip install -e .` in the checkout")
+
+
+def _version(package: str) -> str | None:
+  try:
+    return importlib.metadata.version(package)
+  except importlib.metadata.PackageNotFoundError:
+    return None
+
+
+
+class TouchChanged(AssertionError):
+  """An internal that gemma-grpo relies on has changed shape."""
+
+
+def _expect(ok: bool, touch: str, what: str) -> None:
+  if not ok:
+    versions = ", ".join(f"{p} {_version(p)}" for p in SUPPORTED)
+    raise TouchChanged(f"{versions}: touch {touch} changed: {what} (see gemma_grpo/seam.py)")
+
+
+def _params(fn) -> list[str]:
+  return list(inspect.signature(fn).parameters)
+
+
+def _anchor_policy_state() -> None:
+  from tunix.rl import rl_cluster  # pylint: disable=g-import-not-at-top
+
+  _expect("self._anchor_policy_state" in inspect.getsource(rl_cluster.RLCluster),
+          "1", "RLCluster no longer keeps self._anchor_policy_state")
+
+
+def _trainer_class_swap() -> None:
+  from tunix.rl import rl_cluster  # pylint: disable=g-import-not-at-top
+  from tunix.rl import trainer as rl_trainer  # pylint: disable=g-import-not-at-top
+  from tunix.sft import peft_trainer  # pylint: disable=g-import-not-at-top
+
+  _expect(isinstance(inspect.getattr_static(rl_cluster.RLCluster, "actor_trainer"), property)
+          and "self._actor_trainer = rl_trainer.Trainer(" in inspect.getsource(rl_cluster.RLCluster),
+          "2", "RLCluster no longer builds its actor trainer as rl_trainer.Trainer")
+  _expect(issubclass(rl_trainer.Trainer, peft_trainer.PeftTrainer),
+          "2", "rl_trainer.Trainer is no longer a PeftTrainer")
+
+
+def _jitted_step() -> None:
+  from jax.interpreters import pxla  # pylint: disable=g-import-not-at-top
+  from tunix.sft import peft_trainer  # pylint: disable=g-import-not-at-top
+
+  trainer = peft_trainer.PeftTrainer
+  _expect(_params(trainer.jit_train_and_eval_step) == ["self", "skip_jit", "cache_nnx_graph"],
+          "3", f"PeftTrainer.jit_train_and_eval_step{inspect.signature(trainer.jit_train_and_eval_step)}")
+  source = inspect.getsource(trainer)
+  for name in ("self._jitted_train_step_fn", "self._jitted_eval_step_fn", "def _shard_optimizer",
+               "def create_train_step_fn", "def create_eval_step_fn"):
+    _expect(name in source, "3", f"PeftTrainer has no {name}")
+  _expect(hasattr(pxla, "thread_resources"), "3", "jax.interpreters.pxla.thread_resources is gone")
+
+
+def _learner_step() -> None:
+  from tunix.rl.grpo import grpo_learner  # pylint: disable=g-import-not-at-top
+
+  method = grpo_learner.GRPOLearner._generate_and_compute_advantage  # pylint: disable=protected-access
+  _expect(_params(method) == ["self", "training_input", "mode"],
+          "4", f"GRPOLearner._generate_and_compute_advantage{inspect.signature(method)}")
+  source = inspect.getsource(grpo_learner)
+  for name in ("self._rollout_micro_batch_size", "self._compute_logps_micro_batch_size"):
+    _expect(name in source, "4", f"GRPOLearner no longer sets {name}")
+
+
+def _encode_and_get_inputs() -> None:
+  from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
+
+  method = getattr(gemma3.Gemma3, "_encode_and_get_inputs", None)
+  _expect(method is not None and "tokens" in _params(method),
+          "5", "Gemma3._encode_and_get_inputs(*, tokens) is gone")
+
+
+def _qk_norm_names() -> None:
+  from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
+
+  source = inspect.getsource(gemma3.Attention.__init__)
+  _expect("self._query_norm" in source and "self._key_norm" in source,
+          "6", "Attention no longer names its q/k norms _query_norm/_key_norm")
+
+
+def _qwix_lora_init() -> None:
+  import qwix  # pylint: disable=g-import-not-at-top
+  from qwix._src import model as qwix_model  # pylint: disable=g-import-not-at-top
+
+  source = inspect.getsource(qwix_model)
+  _expect('"skip_nnx_init"' in source and "qwix_rngs" in source,
+          "7", "qwix.apply_lora_to_model no longer takes skip_nnx_init / reads qwix_rngs")
+  _expect(callable(getattr(qwix, "apply_lora_to_model", None)), "7", "qwix.apply_lora_to_model is gone")
+
+
+def canaries() -> dict[str, Callable[[], None]]:
+  """{touch: check}; a check raises TouchChanged when the internal changed shape."""
+  return {
+      "1 RLCluster._anchor_policy_state": _anchor_policy_state,
+      "2 RLCluster.actor_trainer class": _trainer_class_swap,
+      "3 PeftTrainer.jit_train_and_eval_step": _jitted_step,
+      "4 GRPOLearner._generate_and_compute_advantage": _learner_step,
+      "5 Gemma3._encode_and_get_inputs": _encode_and_get_inputs,
+      "6 Attention._query_norm/_key_norm": _qk_norm_names,
+      "7 qwix skip_nnx_init/qwix_rngs": _qwix_lora_init,
+  }
