@@ -12,7 +12,7 @@ row per seed: wall time, held-out accuracy and format before the first and
 after the last update, and how many of the held-out problems were already
 met in training as the same equation under another letter or wording
 (simple_equations has ~300 distinct equations), with the accuracy on the
-others. Nothing here asserts a figure. About 14 min per seed on 2 cores.
+others. Nothing here asserts a figure. About 16 min per seed on 2 cores.
 """
 
 from __future__ import annotations

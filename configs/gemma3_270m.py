@@ -12,11 +12,13 @@ so each completion ends at "</answer>" (rollout.stop_text), in training and
 in eval alike.
 
 It evaluates the same 32 held-out equations (greedy) before the first step
-and after the last, and prints both on one line. Measured 2026-12-01 on a
-2-core CPU (bench/first_command.py, docs/results/first_command), seeds 0, 1,
-2: 13.9, 13.1, 13.4 min; accuracy 40.6% -> 46.9%, 40.6%, 40.6%; exact
-format 90.6% -> 93.8%, 93.8%, 75.0%; held-out reward 5.81 -> 7.06, 6.62,
-6.55. Not yet a reliable improvement in accuracy (README.md).
+and after the last, and prints both on one line. Each of the 20 steps samples
+8 completions for each of 2 problems at temperature 0.9 (groups of 8 rarely
+agree, so nearly every group carries a learning signal). Measured 2026-12-01
+on a 2-core CPU (bench/first_command.py, docs/results/first_command), seeds
+0, 1, 2: accuracy 40.6% -> 59.4%, 56.2%, 43.8% (+6, +5, +1 of 32); held-out
+reward 5.81 -> 9.88, 9.76, 7.59; exact format 90.6% -> 84.4%, 100%, 100%.
+Seed 0 alone on the machine: 16.0 min (about 40 s a step).
 """
 
 import ml_collections
@@ -47,21 +49,21 @@ def get_config():
   c.data.num_heldout = 32
   c.lora.rank = 32
   c.lora.alpha = 32.0
-  c.grpo.num_generations = 4
+  c.grpo.num_generations = 8
   c.grpo.beta = 0.04
-  c.train.batch_size = 4
-  c.train.max_steps = 14
-  c.rollout.temperature = 0.7
+  c.train.batch_size = 2
+  c.train.max_steps = 20
+  c.rollout.temperature = 0.9
   c.rollout.max_prompt_length = 384
   c.rollout.max_new_tokens = 64
   c.rollout.kv_cache_size = 448
   c.rollout.stop_text = "</answer>"
-  c.optim.peak_lr = 3e-5
-  c.optim.warmup_fraction = 0.0  # 14 steps: no step to spare at rate 0
-  c.eval.every_steps = 14  # and before the first step
+  c.optim.peak_lr = 2e-5
+  c.optim.warmup_fraction = 0.0  # 20 steps: no step to spare at rate 0
+  c.eval.every_steps = 20  # and before the first step
   c.eval.num_examples = 32
   c.eval.batch_size = 16
   c.eval.max_new_tokens = 64
-  c.ckpt.every_steps = 7
+  c.ckpt.every_steps = 10
   c.log.flush_every_steps = 1
   return c
