@@ -753,7 +753,7 @@ def main(argv: list[str] | None = None) -> int:
     reason = contamination(target, args.data, data_info.get("split"))
     if reason:
       _warn_contaminated(reason)
-      from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+    from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
     from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
     from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
 

@@ -251,9 +251,14 @@ def test_hub_failures_are_user_errors(monkeypatch, tmp_path, kind, token, expect
   from configs import base  # pylint: disable=g-import-not-at-top
   from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
 
+  from gemma_grpo import hub  # pylint: disable=g-import-not-at-top
+
   def fail(*args, **kwargs):
     raise hub_error(kind)
   monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
+  # The hub answers (with these errors) whether or not this machine has a
+  # network; the unreachable case is tests/test_hub.py's.
+  monkeypatch.setattr(hub, "reachable", lambda *args, **kwargs: True)
   if token:
     monkeypatch.setenv("HF_TOKEN", token)
   else:
