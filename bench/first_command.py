@@ -93,7 +93,7 @@ def run_seed(seed: int, out: pathlib.Path) -> float:
 
 def summarize(out: pathlib.Path, seeds: list[int], seen: set[str]) -> None:
   print("seed | wall time | accuracy start -> end | format start -> end | held-out met in"
-        " training | accuracy on the others, start -> end")
+        " training | accuracy on the others, start -> end | training reward, first 5 -> last 5 steps")
   for seed in seeds:
     workdir = out / f"seed_{seed}"
     evals = sorted((workdir / "eval").glob("step_*"))
@@ -103,11 +103,14 @@ def summarize(out: pathlib.Path, seeds: list[int], seen: set[str]) -> None:
     metrics = [json.loads((d / "eval.json").read_text())["metrics"] for d in (evals[0], evals[-1])]
     fresh = [i for i, s in enumerate(first) if equation(s["question"]) not in seen]
     wall = json.loads((workdir / "wall_time.json").read_text())["seconds"]
+    rewards = [json.loads(line)["rewards/train/sum"]
+               for line in (workdir / "metrics.jsonl").read_text().splitlines() if "rewards/train/sum" in line]
     print(f"{seed} | {wall / 60:.1f} min | {metrics[0]['accuracy']:.1%} -> {metrics[1]['accuracy']:.1%}"
           f" | {metrics[0]['format_accuracy']:.1%} -> {metrics[1]['format_accuracy']:.1%}"
           f" | {len(first) - len(fresh)} of {len(first)}"
           f" | {sum(first[i]['correct'] for i in fresh)}/{len(fresh)} ->"
-          f" {sum(last[i]['correct'] for i in fresh)}/{len(fresh)}")
+          f" {sum(last[i]['correct'] for i in fresh)}/{len(fresh)}"
+          f" | {sum(rewards[:5]) / 5:.2f} -> {sum(rewards[-5:]) / 5:.2f}")
 
 
 def main() -> None:
