@@ -38,14 +38,14 @@ def equation(question: str) -> str:
   return re.sub(r"\b[a-z]\b", "x", question.rsplit(":", 1)[-1].strip())
 
 
-def trained_equations(max_steps: int) -> set[str]:
-  """The equations of every problem the command's run draws for training."""
+def trained_equations(max_steps: int, c=None) -> set[str]:
+  """The equations of every problem the run of config `c` (default: the command's) draws for training."""
   from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
   from gemma_grpo import data  # pylint: disable=g-import-not-at-top
   from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
-  c = gemma3_270m.get_config()
+  c = c or gemma3_270m.get_config()
   tok = tokenizer_lib.load(model_lib.offline_270m_dir(c.model))
   splits = data.build_splits(c.data, tok, c.rollout.max_prompt_length)
   batches = iter(data.train_batches(splits.train, c.train.batch_size, c.data.shuffle_seed))
@@ -58,16 +58,17 @@ def trained_equations(max_steps: int) -> set[str]:
   return seen
 
 
-def run_seed(seed: int, out: pathlib.Path) -> float:
+def run_seed(seed: int, out: pathlib.Path, config: str = CONFIG) -> float:
+  """Trains `config` with rollout and LoRA seed `seed`; keeps its evidence in out/seed_S."""
   workdir = out / f"seed_{seed}"
   if workdir.exists():
     shutil.rmtree(workdir)
-  run_dir = pathlib.Path("/tmp") / f"gemma_grpo_first_command_seed_{seed}"
+  run_dir = pathlib.Path("/tmp") / f"gemma_grpo_{pathlib.Path(config).stem}_seed_{seed}"
   if run_dir.exists():
     shutil.rmtree(run_dir)
   start = time.perf_counter()
   proc = subprocess.Popen(
-      [sys.executable, "-m", "gemma_grpo.train", "--config", CONFIG, "--workdir", str(run_dir),
+      [sys.executable, "-m", "gemma_grpo.train", "--config", config, "--workdir", str(run_dir),
        f"--config.rollout.seed={seed}", f"--config.lora.seed={seed}"],
       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   lines = []

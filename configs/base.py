@@ -49,6 +49,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.data.source = "gsm8k"
   c.data.split = "train"  # split of a hub dataset
   c.data.num_heldout = 32  # problems held out of training for `eval/` metrics
+  # "none" | "question" | "equation": hold out distinct problems and drop
+  # every repeat of one from training (data.problem_key); "none" splits as drawn.
+  c.data.heldout_unseen_by = "none"
   c.data.max_examples = 0  # cap on training problems after filtering; 0 = all
   c.data.shuffle_seed = 42
   c.data.reasoning_gym_size = 2000  # problems generated for reasoning_gym:*

@@ -309,6 +309,8 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
   _check(p, c.eval.num_examples >= 0, f"eval.num_examples={c.eval.num_examples}: must be >= 0")
   _check(p, c.eval.num_examples <= c.data.num_heldout, f"eval.num_examples={c.eval.num_examples}: exceeds data.num_heldout={c.data.num_heldout}")
   _check(p, c.eval.batch_size >= 1, f"eval.batch_size={c.eval.batch_size}: must be >= 1")
+  _check(p, c.data.heldout_unseen_by in ("none", "question", "equation"),
+         f"data.heldout_unseen_by={c.data.heldout_unseen_by!r}: must be none, question or equation")
   _check(p, c.data.num_heldout >= 0, f"data.num_heldout={c.data.num_heldout}: must be >= 0")
   _check(p, c.data.reasoning_gym_size >= 1, f"data.reasoning_gym_size={c.data.reasoning_gym_size}: must be >= 1")
   _check(p, c.data.max_examples >= 0, f"data.max_examples={c.data.max_examples}: must be >= 0 (0 = all)")

@@ -198,13 +198,57 @@ class Splits:
   dropped: int
 
 
+# One-letter names, as in "Solve for h: h + 6 = 7".
+_VARIABLE = re.compile(r"\b[a-z]\b")
+
+
+def problem_key(problem: Problem, by: str) -> str:
+  """What makes two problems the same one, for `data.heldout_unseen_by`.
+
+  "question": the same text. "equation": the same text after the last colon
+  with every one-letter name read as x, so reasoning-gym's "Solve for h:
+  h + 6 = 7" and "Find the value of x in the equation: x + 6 = 7" are one
+  problem (simple_equations has only ~300 distinct equations in 2000 draws).
+  """
+  if by == "question":
+    return problem.question.strip()
+  if by == "equation":
+    return _VARIABLE.sub("x", problem.question.rsplit(":", 1)[-1].strip())
+  raise ValueError(f"unknown problem key {by!r}")
+
+
+def _split_unseen(problems: list[Problem], num_heldout: int, by: str) -> tuple[list[Problem], list[Problem]]:
+  """`num_heldout` distinct problems, and the rest minus every repeat of one of them."""
+  heldout, keys = [], set()
+  for problem in problems:
+    if len(heldout) == num_heldout:
+      break
+    key = problem_key(problem, by)
+    if key not in keys:
+      keys.add(key)
+      heldout.append(problem)
+  if len(heldout) < num_heldout:
+    raise errors.UserError(
+        f"data.num_heldout={num_heldout}: the source has only {len(heldout)} distinct problems"
+        f" by data.heldout_unseen_by={by!r}; lower data.num_heldout or raise data.reasoning_gym_size")
+  return heldout, [p for p in problems if problem_key(p, by) not in keys]
+
+
 def build_splits(c: ml_collections.ConfigDict, tokenizer, max_prompt_length: int) -> Splits:
-  """Shuffled (seeded) problems, the first `num_heldout` kept out of training."""
+  """Shuffled (seeded) problems, the first `num_heldout` kept out of training.
+
+  With `heldout_unseen_by` set, the held-out problems are distinct and no
+  training problem repeats one of them, so a held-out score is measured on
+  problems the policy never trained on.
+  """
   problems = load_problems(c.source, split=c.split, size=c.reasoning_gym_size,
                            seed=c.reasoning_gym_seed, options=c.reasoning_gym_options.to_dict())
   fitted = fit_prompts(with_examples(problems, c), tokenizer, max_prompt_length)
   random.Random(c.shuffle_seed).shuffle(fitted)
-  heldout, train = fitted[:c.num_heldout], fitted[c.num_heldout:]
+  if c.heldout_unseen_by == "none":
+    heldout, train = fitted[:c.num_heldout], fitted[c.num_heldout:]
+  else:
+    heldout, train = _split_unseen(fitted, c.num_heldout, c.heldout_unseen_by)
   if c.max_examples:
     train = train[:c.max_examples]
   if not train:

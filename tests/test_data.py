@@ -162,7 +162,7 @@ def test_long_prompts_are_dropped_not_truncated():
 
 def _splits_config(path, **overrides):
   c = ml_collections.ConfigDict(dict(
-      source=str(path), split="train", num_heldout=2, max_examples=0,
+      source=str(path), split="train", num_heldout=2, max_examples=0, heldout_unseen_by="none",
       shuffle_seed=42, reasoning_gym_size=10, reasoning_gym_seed=1,
       reasoning_gym_options=ml_collections.ConfigDict(), few_shot=(),
   ))
@@ -211,3 +211,32 @@ def test_each_epoch_has_its_own_order():
 def test_batch_larger_than_data_is_rejected():
   with pytest.raises(errors.UserError, match="train.batch_size=4"):
     data.train_batches([data.Problem("q", "1")], batch_size=4, seed=0)
+
+
+def test_problem_key_reads_one_equation_under_any_letter_or_wording():
+  a = data.Problem("Solve for h: h + 6 = 7", "1")
+  b = data.Problem("Find the value of x in the equation: x + 6 = 7", "1")
+  c = data.Problem("Solve for h: 6 + h = 7", "1")
+  assert data.problem_key(a, "equation") == data.problem_key(b, "equation") == "x + 6 = 7"
+  assert data.problem_key(a, "equation") != data.problem_key(c, "equation")
+  assert data.problem_key(a, "question") != data.problem_key(b, "question")
+
+
+def test_unseen_heldout_problems_are_distinct_and_never_trained_on(tmp_path):
+  # 30 rows over 6 equations, each under several letters and wordings.
+  rows = [{"question": f"{wording} {letter}: {letter} + {i % 6} = {i % 6 + 3}", "answer": "#### 3"}
+          for i, (wording, letter) in enumerate(
+              (w, l) for w in ("Solve for", "Find") for l in "xyzkm" for _ in range(3))]
+  path = write_jsonl(tmp_path / "p.jsonl", rows)
+  plain = data.build_splits(_splits_config(path, num_heldout=4), CharTokenizer(), 10_000)
+  key = lambda p: data.problem_key(p, "equation")
+  assert {key(p) for p in plain.heldout} & {key(p) for p in plain.train}  # the leak it closes
+  unseen = data.build_splits(_splits_config(path, num_heldout=4, heldout_unseen_by="equation"),
+                             CharTokenizer(), 10_000)
+  heldout_keys = [key(p) for p in unseen.heldout]
+  assert len(heldout_keys) == len(set(heldout_keys)) == 4
+  assert not set(heldout_keys) & {key(p) for p in unseen.train}
+  assert len(unseen.train) == 10  # the 2 other equations, 5 rows each
+  with pytest.raises(errors.UserError, match="only 6 distinct problems.*data.num_heldout"):
+    data.build_splits(_splits_config(path, num_heldout=7, heldout_unseen_by="equation"),
+                      CharTokenizer(), 10_000)
