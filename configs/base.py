@@ -130,8 +130,12 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.train = ml_collections.ConfigDict()
   c.train.max_steps = 100  # optimizer updates
-  c.train.batch_size = 4  # prompts per step (each sampled G times)
-  c.train.micro_batch_size = 0  # prompts per forward/backward; 0 = batch_size
+  c.train.batch_size = 4  # prompts per rollout (each sampled G times)
+  # Prompts per optimizer update; 0 = batch_size. Smaller (verl's
+  # ppo_mini_batch_size): one rollout, batch_size / mini_batch_size updates,
+  # every one after the first off-policy (importance ratio and clipping real).
+  c.train.mini_batch_size = 0
+  c.train.micro_batch_size = 0  # prompts per forward/backward; 0 = mini_batch_size
 
   c.eval = ml_collections.ConfigDict()
   c.eval.every_steps = 25  # greedy eval of the held-out slice; 0 = never

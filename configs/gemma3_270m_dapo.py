@@ -6,13 +6,13 @@ The offline default (configs/gemma3_270m.py) with the whole DAPO recipe:
 clip-higher (ratio in [1 - 0.2, 1 + 0.28]), token-level loss mean, no KL,
 an overlong penalty over the last 16 tokens, dynamic sampling (groups whose
 rewards are all equal are replaced by fresh prompts, up to 2 extra rollouts
-per batch), and two updates per batch: from the second update on the ratio
-leaves 1, so the asymmetric clip acts (`plots/clipping.png`). The paper
-splits each rollout batch over 16 mini-batch updates; here each batch is
-trained twice whole (grpo.num_iterations=2), the off-policy mode this
-trainer has. Steps count updates: 14 steps are 7 rollout batches. Not
-benchmarked: a step costs a rollout every other step plus the extra rounds
-of dynamic sampling.
+per batch), and, as in the paper, one rollout batch split over several
+updates (train.mini_batch_size; the paper: 512 prompts in 16 mini-batches,
+here 2 in 2): the second update scores samples of the policy before the
+first, so the ratio leaves 1 and the asymmetric clip acts
+(`plots/clipping.png`). Steps count updates: 20 steps are 10 rollout
+batches. Not benchmarked: a step costs half a rollout plus the extra
+rounds of dynamic sampling.
 """
 
 from configs import gemma3_270m
@@ -28,6 +28,6 @@ def get_config():
   c.grpo.overlong_penalty = 1.0
   c.grpo.dynamic_sampling = True
   c.grpo.max_resample_rounds = 2
-  c.grpo.num_iterations = 2
-  c.ckpt.every_steps = 14
+  c.train.mini_batch_size = 1  # of train.batch_size = 2: two updates per rollout
+  c.ckpt.every_steps = 10
   return c

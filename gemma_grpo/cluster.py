@@ -54,6 +54,22 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
     # RLCluster builds its trainer itself and offers no way to choose the
     # class; this subclass changes only how the step is jitted.
     self.actor_trainer.__class__ = trainers.RLTrainer
+    self._roll_out_whole_batches()
+
+  def _roll_out_whole_batches(self):
+    """One rollout per batch, however many updates it feeds (train.mini_batch_size).
+
+    Tunix rolls out each mini-batch just before its update, so every update
+    is on-policy. verl's mini-batches share one rollout: the actor trainer
+    keeps the copy of the training config it was built with (an update every
+    mini_batch_size prompts), while the learner, which reads this one, is
+    told that a mini-batch is the whole batch (seam touch 8).
+    """
+    training = self.cluster_config.training_config
+    batch = training.rollout_micro_batch_size  # cluster_config: the whole batch
+    if training.mini_batch_size != batch:
+      training.mini_batch_size = batch
+      training.gradient_accumulation_steps = batch // training.train_micro_batch_size
 
   def update_actor(self, *args, **kwargs):
     # The update is the step's memory peak; start it without the free heap
@@ -116,8 +132,10 @@ def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
   training = rl_cluster_lib.RLTrainingConfig(
       actor_optimizer=optim.optimizer(c.optim, t.max_steps),
       max_steps=t.max_steps,
-      mini_batch_size=t.batch_size,
-      train_micro_batch_size=t.micro_batch_size or t.batch_size,
+      # Read by the actor trainer only: SharedWeightsCluster hands the learner
+      # whole batches.
+      mini_batch_size=t.mini_batch_size or t.batch_size,
+      train_micro_batch_size=t.micro_batch_size or t.mini_batch_size or t.batch_size,
       # Rollouts and log-probs take the whole batch even when the update is
       # split: decoding reads every weight per token whatever the batch size,
       # so two half batches would cost almost twice one full one.

@@ -259,13 +259,21 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
   _check(p, g.algorithm in ALGORITHMS, f"grpo.algorithm={g.algorithm!r}: use one of {ALGORITHMS}")
   _check(p, g.num_generations >= 2, f"grpo.num_generations={g.num_generations}: GRPO needs >= 2 completions per prompt to compare")
   _check(p, g.num_iterations >= 1, f"grpo.num_iterations={g.num_iterations}: must be >= 1")
-  if g.num_iterations > 1:
+  t = c.train
+  mini = t.mini_batch_size or t.batch_size
+  _check(p, t.mini_batch_size >= 0 and t.batch_size >= 1 and t.batch_size % mini == 0,
+         f"train.mini_batch_size={t.mini_batch_size}: must divide train.batch_size={t.batch_size} (0 = the whole batch)")
+  updates = updates_per_batch(c) if mini >= 1 and t.batch_size % mini == 0 else 1
+  if updates > 1:
     # Steps count updates; a checkpoint inside a batch could not be resumed exactly.
-    for key, value in (("train.max_steps", c.train.max_steps), ("ckpt.every_steps", c.ckpt.every_steps),
+    why = " x ".join(part for part in (
+        f"grpo.num_iterations={g.num_iterations}" if g.num_iterations > 1 else "",
+        f"train.batch_size / train.mini_batch_size = {t.batch_size // mini}" if mini < t.batch_size else "",
+    ) if part)
+    for key, value in (("train.max_steps", t.max_steps), ("ckpt.every_steps", c.ckpt.every_steps),
                        ("eval.every_steps", c.eval.every_steps)):
-      _check(p, value % g.num_iterations == 0,
-             f"{key}={value}: must be a multiple of grpo.num_iterations={g.num_iterations}"
-             " (each batch gives that many updates; steps count updates)")
+      _check(p, value % updates == 0,
+             f"{key}={value}: must be a multiple of {updates} ({why}: updates per batch; steps count updates)")
   _check(p, g.beta >= 0, f"grpo.beta={g.beta}: must be >= 0 (0 disables the KL term)")
   _check(p, 0 < g.epsilon < 1, f"grpo.epsilon={g.epsilon}: must be in (0, 1); 0.2 is typical")
   _check(p, g.epsilon_high >= g.epsilon, f"grpo.epsilon_high={g.epsilon_high}: must be >= grpo.epsilon={g.epsilon}")
@@ -301,9 +309,11 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
   # micro-batches default to the same size, so every micro-batch holds whole
   # groups: the all-zero metrics of tunix#816 (a micro-batch of completions
   # smaller than G) cannot arise. Tunix does require that it divide the batch.
-  micro = t.micro_batch_size or t.batch_size
-  _check(p, t.micro_batch_size >= 0 and t.batch_size >= 1 and t.batch_size % micro == 0,
-         f"train.micro_batch_size={t.micro_batch_size}: must divide train.batch_size={t.batch_size} (0 = the whole batch)")
+  mini = t.mini_batch_size or t.batch_size
+  micro = t.micro_batch_size or mini
+  _check(p, t.micro_batch_size >= 0 and mini >= 1 and mini % micro == 0,
+         f"train.micro_batch_size={t.micro_batch_size}: must divide the update's {mini} prompts"
+         " (train.mini_batch_size, or train.batch_size when that is 0)")
 
   _check(p, c.eval.every_steps >= 0, f"eval.every_steps={c.eval.every_steps}: must be >= 0 (0 = never)")
   _check(p, c.eval.num_examples >= 0, f"eval.num_examples={c.eval.num_examples}: must be >= 0")
@@ -344,6 +354,11 @@ def _reward_problems(c: ml_collections.ConfigDict) -> list[str]:
   except ValueError as e:
     return [str(e)]
   return []
+
+
+def updates_per_batch(c: ml_collections.ConfigDict) -> int:
+  """Optimizer updates per rollout batch: grpo.num_iterations x its mini-batches."""
+  return c.grpo.num_iterations * (c.train.batch_size // (c.train.mini_batch_size or c.train.batch_size))
 
 
 def mesh_shape(c: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int]:

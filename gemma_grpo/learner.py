@@ -298,7 +298,7 @@ class Learner(grpo_learner.GRPOLearner):
 
   def __init__(self, *args, rollout_seed: int,
                refill_problems: Sequence[data_lib.Problem] | None = None,
-               stop_text: str = "", **kwargs):
+               stop_text: str = "", updates_per_batch: int = 1, **kwargs):
     super().__init__(*args, **kwargs)
     cfg = self.algo_config
     if not isinstance(cfg, AlgoConfig):
@@ -314,6 +314,9 @@ class Learner(grpo_learner.GRPOLearner):
       # (checkpoints fall on batch boundaries: config.validate).
       self._last_iter_step //= cfg.num_iterations
     self._stop_text = stop_text
+    # Updates after a batch's first see samples of an older policy: they need
+    # the sampling policy's log-probs for the importance ratio.
+    self._off_policy = updates_per_batch > 1
     self._rollout_key = jax.random.PRNGKey(rollout_seed)
     self._refill_problems = refill_problems
     self._call = (-1, 0)  # (step, calls made during it)
@@ -429,7 +432,7 @@ class Learner(grpo_learner.GRPOLearner):
       self.rl_cluster.buffer_metrics(
           {"perf/reference_seconds": (time.perf_counter() - start, np.sum)}, mode=mode)
     old_logps = None
-    if cfg.num_iterations > 1:
+    if self._off_policy:
       # Tunix's own old log-probs ignore the sampling temperature; the loss
       # applies it, so they would disagree before any update.
       model = self.rl_cluster.actor_trainer.model

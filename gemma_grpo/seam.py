@@ -35,6 +35,13 @@ Each touch, why, and what upstream change would remove it:
    qwix_rngs attribute, so the adapter-creating forward can run compiled
    (eager, it deadlocks XLA:CPU on 8 simulated devices). Removed by: Qwix
    creating adapters without a forward pass, or jitting it itself.
+8. cluster.SharedWeightsCluster rewrites the cluster's training config after
+   RLCluster built the actor trainer from a deep copy of it: the trainer
+   updates every train.mini_batch_size prompts (its copy), while
+   RLLearner.train, reading the cluster's config, takes the whole batch as
+   one mini-batch and so rolls it out once (verl's mini-batches; Tunix rolls
+   out each mini-batch before its update). Removed by: an RLTrainingConfig
+   field for updates per rollout.
 
 `canaries()` checks each touch against the installed packages; tests/test_seam.py
 runs them, and a failure names the version and the touch in one line.
@@ -157,6 +164,18 @@ def _qwix_lora_init() -> None:
   _expect(callable(getattr(qwix, "apply_lora_to_model", None)), "7", "qwix.apply_lora_to_model is gone")
 
 
+def _one_rollout_per_batch() -> None:
+  from tunix.rl import rl_cluster  # pylint: disable=g-import-not-at-top
+  from tunix.rl import rl_learner  # pylint: disable=g-import-not-at-top
+
+  _expect("actor_config = copy.deepcopy(self.cluster_config.training_config)"
+          in inspect.getsource(rl_cluster.RLCluster),
+          "8", "RLCluster no longer builds its actor trainer from a copy of the training config")
+  train = inspect.getsource(rl_learner.RLLearner.train)
+  for name in ("self._training_config.mini_batch_size", '"gradient_accumulation_steps"'):
+    _expect(name in train, "8", f"RLLearner.train no longer reads {name}")
+
+
 def canaries() -> dict[str, Callable[[], None]]:
   """{touch: check}; a check raises TouchChanged when the internal changed shape."""
   return {
@@ -167,4 +186,5 @@ def canaries() -> dict[str, Callable[[], None]]:
       "5 Gemma3._encode_and_get_inputs": _encode_and_get_inputs,
       "6 Attention._query_norm/_key_norm": _qk_norm_names,
       "7 qwix skip_nnx_init/qwix_rngs": _qwix_lora_init,
+      "8 RLCluster's actor config copy": _one_rollout_per_batch,
   }

@@ -159,6 +159,7 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
       rollout_seed=c.rollout.seed,
       refill_problems=splits.train,  # fresh prompts for grpo.dynamic_sampling
       stop_text=c.rollout.stop_text,
+      updates_per_batch=config_lib.updates_per_batch(c),
   )
   # Steps count updates: align Tunix's step counter with the restored one.
   cluster.global_steps = trainer.train_steps
@@ -211,7 +212,7 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
       eval_every=c.eval.every_steps,
       evaluate=evaluate_heldout if heldout else None,
       stop=stop,
-      updates_per_batch=c.grpo.num_iterations,
+      updates_per_batch=config_lib.updates_per_batch(c),
       on_step=console.step_reporter(phases, c.train.max_steps, trainer.train_steps, is_chief),
   )
   trainer.with_training_hooks(run_hooks)

@@ -225,6 +225,26 @@ def two_updates_per_batch(tmp_path_factory):
   return runs
 
 
+def test_mini_batches_share_one_rollout_and_the_later_ones_are_off_policy(tmp_path):
+  # train.mini_batch_size=1 of batch 2: one rollout, one update per prompt (verl's mini-batches).
+  run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(tmp_path),
+           "--config.train.mini_batch_size=1", "--config.train.max_steps=2",
+           "--config.ckpt.every_steps=2", "--config.rewards.custom=tests.toy_rewards:vowel_share",
+           "--config.optim.peak_lr=0.01", "--config.grpo.algorithm=dapo", "--config.grpo.beta=0",
+           "--config.grpo.epsilon=0.01", "--config.grpo.epsilon_high=0.02"])
+  first, second = metrics.read_jsonl(tmp_path / "tensorboard" / "metrics.jsonl")
+  assert (first["step"], second["step"]) == (1, 2)
+  # One rollout for both updates: its metrics once, over all 2 x 2 completions.
+  assert "rewards/train/sum" in first and "rewards/train/sum" not in second
+  assert "perf/train/rollout_seconds" in first and "perf/train/rollout_seconds" not in second
+  assert first["actor/train/ratio/min"] == pytest.approx(1.0, abs=1e-5)
+  assert first["actor/train/ratio/max"] == pytest.approx(1.0, abs=1e-5)
+  assert second["actor/train/ratio/max"] - second["actor/train/ratio/min"] > 1e-2
+  # The first update moved the second prompt's completions past DAPO's narrow clip.
+  clipped = lambda row: row["actor/train/clipfrac/low"] + row["actor/train/clipfrac/high"]
+  assert clipped(second) > 0 and clipped(first) == 0
+
+
 def test_the_second_update_of_a_batch_is_off_policy(two_updates_per_batch):
   for algorithm, rows in two_updates_per_batch.items():
     first, second = rows
@@ -260,25 +280,37 @@ def test_several_updates_per_batch_must_tile_the_schedule():
   c = base.get_config()
   c.grpo.num_iterations = 2
   c.train.max_steps = 5
-  with pytest.raises(errors.UserError, match="train.max_steps=5: must be a multiple of grpo.num_iterations=2"):
+  with pytest.raises(errors.UserError, match=r"train.max_steps=5: must be a multiple of 2 \(grpo.num_iterations=2: "):
+    config_lib.validate(c)
+  c.grpo.num_iterations, c.train.batch_size, c.train.mini_batch_size, c.train.max_steps = 2, 4, 2, 4
+  c.ckpt.every_steps, c.eval.every_steps = 6, 8
+  with pytest.raises(errors.UserError, match=r"ckpt.every_steps=6: must be a multiple of 4 \(grpo.num_iterations=2"
+                                             r" x train.batch_size / train.mini_batch_size = 2: "):
+    config_lib.validate(c)
+  c.train.mini_batch_size = 3
+  with pytest.raises(errors.UserError, match="train.mini_batch_size=3: must divide train.batch_size=4"):
     config_lib.validate(c)
 
 
-def test_a_resumed_run_with_two_updates_per_batch_continues_exactly(tmp_path):
-  # A constant rate, so a 2-step run and the 4-step run share their first steps.
+def test_a_resumed_run_with_four_updates_per_batch_continues_exactly(tmp_path):
+  # Two mini-batches, each trained twice: 4 updates per batch. A constant
+  # rate, so a 4-step run and the 8-step run share their first steps.
   args = ["--config", "configs/tiny.py", "--config.grpo.num_iterations=2",
-          "--config.ckpt.every_steps=2", "--config.rewards.custom=tests.toy_rewards:vowel_share",
+          "--config.train.mini_batch_size=1", "--config.eval.every_steps=0",
+          "--config.ckpt.every_steps=4", "--config.rewards.custom=tests.toy_rewards:vowel_share",
           "--config.optim.peak_lr=0.01", "--config.optim.end_lr=0.01",
           "--config.optim.warmup_fraction=0"]
-  run_cli(["train", *args, "--workdir", str(tmp_path / "whole"), "--config.train.max_steps=4"])
-  run_cli(["train", *args, "--workdir", str(tmp_path / "parts"), "--config.train.max_steps=2"])
+  run_cli(["train", *args, "--workdir", str(tmp_path / "whole"), "--config.train.max_steps=8"])
   run_cli(["train", *args, "--workdir", str(tmp_path / "parts"), "--config.train.max_steps=4"])
+  run_cli(["train", *args, "--workdir", str(tmp_path / "parts"), "--config.train.max_steps=8"])
   whole, parts = (
       {r["step"]: r for r in metrics.read_jsonl(tmp_path / name / "tensorboard" / "metrics.jsonl")}
       for name in ("whole", "parts"))
-  # The resumed run rolls out the second batch (not the fourth: Tunix counts
-  # updates, two per batch) with the same key, and trains on it the same way.
-  assert parts[3]["rewards/train/sum"] == pytest.approx(whole[3]["rewards/train/sum"], rel=1e-6)
-  for step in (3, 4):
+  # One rollout per batch, its metrics on the batch's first update.
+  assert sorted(s for s, r in whole.items() if "rewards/train/sum" in r) == [1, 5]
+  # The resumed run rolls out the second batch (not the fifth: Tunix counts
+  # updates, four per batch) with the same key, and trains on it the same way.
+  assert parts[5]["rewards/train/sum"] == pytest.approx(whole[5]["rewards/train/sum"], rel=1e-6)
+  for step in (5, 6, 7, 8):
     for key in ("actor/train/loss", "actor/train/grad_norm"):
       assert parts[step][key] == pytest.approx(whole[step][key], rel=1e-4, abs=1e-7), (step, key)

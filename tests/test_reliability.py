@@ -77,7 +77,7 @@ BAD_INPUTS = [
     ("one_generation", lambda t, r: ["--config.grpo.num_generations=1"],
      "error: grpo.num_generations=1: GRPO needs >= 2 completions per prompt"),
     ("micro_batch_not_dividing", lambda t, r: ["--config.train.micro_batch_size=3"],
-     "error: train.micro_batch_size=3: must divide train.batch_size=2"),
+     "error: train.micro_batch_size=3: must divide the update's 2 prompts"),
     ("kv_cache_too_small", lambda t, r: ["--config.rollout.kv_cache_size=100"],
      "error: rollout.kv_cache_size=100: must hold max_prompt_length + max_new_tokens = 208; set --config.rollout.kv_cache_size=208"),
     ("mesh_not_filling_devices", lambda t, r: ["--config.mesh.fsdp=3"],
