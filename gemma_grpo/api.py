@@ -79,6 +79,7 @@ class Run:
 def train(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Run:
   """Trains `c` into `workdir` up to train.max_steps (or resumes there)."""
   workdir = os.fspath(workdir)
+  config_lib.validate(c)  # it may have changed since load_config
   with workdir_lock.held(storage.path(workdir), take=True):
     code = train_lib.train(c, workdir)
   if code:

@@ -156,8 +156,16 @@ def _silence_failed_read_noise() -> None:
   sys.unraisablehook = hook
 
 
-def problem(workdir: storage.PathLike, step: int) -> str | None:
-  """Why checkpoint `step` cannot be resumed from, or None if it can."""
+@dataclasses.dataclass(frozen=True)
+class Readable:
+  """A checkpoint step that reads back whole, and the shapes of its adapters."""
+
+  step: int
+  lora_shapes: dict[str, tuple[int, ...]]
+
+
+def _examine(workdir: storage.PathLike, step: int) -> Readable | str:
+  """Checkpoint `step`, read once: what it holds, or why it cannot be resumed from."""
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   try:
@@ -171,7 +179,13 @@ def problem(workdir: storage.PathLike, step: int) -> str | None:
   for name, array in saved.params.items():
     if not np.isfinite(np.asarray(array, dtype=np.float64)).all():
       return f"{name} holds NaN/Inf"
-  return None
+  return Readable(step, {k: tuple(np.shape(v)) for k, v in saved.params.items()})
+
+
+def problem(workdir: storage.PathLike, step: int) -> str | None:
+  """Why checkpoint `step` cannot be resumed from, or None if it can."""
+  found = _examine(workdir, step)
+  return found if isinstance(found, str) else None
 
 
 def _set_aside(path: epath.Path) -> epath.Path:
@@ -184,8 +198,11 @@ def _set_aside(path: epath.Path) -> epath.Path:
   return target
 
 
-def set_aside_unreadable(workdir: storage.PathLike, *, move: bool = True) -> int | None:
+def set_aside_unreadable(workdir: storage.PathLike, *, move: bool = True) -> Readable | None:
   """The newest checkpoint step that reads back whole (None if there is none).
+
+  This is the one read of the checkpoint before Tunix restores it: the
+  shapes it returns are what `check_fits` compares with the model.
 
   Newer steps that cannot be read are renamed to `<step>.corrupt` (never
   deleted) with a warning, so Tunix restores the previous one. If no step can
@@ -199,8 +216,8 @@ def set_aside_unreadable(workdir: storage.PathLike, *, move: bool = True) -> int
   steps = saved_steps(workdir)
   bad: list[tuple[int, str]] = []
   for step in reversed(steps):
-    reason = problem(workdir, step)
-    if reason is None:
+    found = _examine(workdir, step)
+    if not isinstance(found, str):
       for bad_step, bad_reason in bad:
         where = root / str(bad_step)
         if move:
@@ -208,8 +225,8 @@ def set_aside_unreadable(workdir: storage.PathLike, *, move: bool = True) -> int
         logging.warning(
             "Checkpoint step %d is unreadable (%s); moved it to %s and"
             " resuming from step %d", bad_step, bad_reason, where, step)
-      return step
-    bad.append((step, reason))
+      return found
+    bad.append((step, found))
   if bad:
     step, reason = bad[0]
     raise errors.UserError(
@@ -219,25 +236,21 @@ def set_aside_unreadable(workdir: storage.PathLike, *, move: bool = True) -> int
   return None
 
 
-def check_compatible(workdir: storage.PathLike, step: int, actor) -> None:
-  """Raises UserError unless checkpoint `step` fits the LoRA params of `actor`.
+def check_fits(workdir: storage.PathLike, saved: Readable, actor) -> None:
+  """Raises UserError unless checkpoint `saved` fits the LoRA params of `actor`.
 
-  Catches a different rank or target set before Orbax's shape error.
+  Catches a different rank or target set before Orbax's shape error; reads
+  nothing (the shapes come from set_aside_unreadable's read).
   """
   import jax  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
 
-  manager = _manager(workdir)
-  try:
-    saved = _flat(manager.item_metadata(step)["model_params"])
-  finally:
-    manager.close()
-  wanted = _flat(nnx.state(actor, nnx.LoRAParam))
-  saved_shapes = {k: tuple(getattr(v, "shape", ())) for k, v in saved.items()}
-  wanted_shapes = {k: tuple(jax.numpy.shape(v)) for k, v in wanted.items()}
+  saved_shapes = saved.lora_shapes
+  wanted_shapes = {k: tuple(jax.numpy.shape(v))
+                   for k, v in _flat(nnx.state(actor, nnx.LoRAParam)).items()}
   if saved_shapes == wanted_shapes:
     return
-  where = actor_dir(workdir) / str(step)
+  where = actor_dir(workdir) / str(saved.step)
   missing = sorted(set(wanted_shapes) - set(saved_shapes))
   extra = sorted(set(saved_shapes) - set(wanted_shapes))
   if missing or extra:
@@ -303,17 +316,24 @@ def saved_identity(workdir: storage.PathLike) -> dict[str, Any] | None:
   return None
 
 
-def check_identity(workdir: storage.PathLike, current: dict[str, Any]) -> None:
+def check_identity(workdir: storage.PathLike, current: dict[str, Any]) -> dict[str, Any] | None:
   """Raises UserError if `workdir` holds checkpoints of something else.
 
-  Only fields present on both sides are compared: the model shape is only
-  known once the model is loaded.
+  Returns the identity it read (None when there is nothing to resume), so
+  the fields known only once the model is loaded are compared with
+  `compare_identity` without reading it again.
   """
   if not saved_steps(workdir):
-    return  # nothing to resume: whatever was there before is replaced
+    return None  # nothing to resume: whatever was there before is replaced
   saved = saved_identity(workdir)
-  if saved is None:
-    return
+  if saved is not None:
+    compare_identity(workdir, saved, current)
+  return saved
+
+
+def compare_identity(workdir: storage.PathLike, saved: dict[str, Any],
+                     current: dict[str, Any]) -> None:
+  """Raises UserError naming each field present on both sides that differs."""
   diffs = [k for k in current if k in saved and saved[k] != current[k]]
   if not diffs:
     return
@@ -344,12 +364,13 @@ def restore_adapter(actor, workdir: storage.PathLike, step: int | None = None) -
   if not steps:
     raise errors.UserError(f"{actor_dir(workdir)}: no checkpoint to restore")
   if step is None:
-    step = set_aside_unreadable(workdir, move=False)
+    saved = set_aside_unreadable(workdir, move=False)
   elif step not in steps:
     raise errors.UserError(f"checkpoint step {step} not in {workdir}; saved steps: {steps}")
-  elif (reason := problem(workdir, step)) is not None:
-    raise errors.UserError(f"{actor_dir(workdir) / str(step)}: unreadable ({reason})")
-  check_compatible(workdir, step, actor)
+  elif isinstance(saved := _examine(workdir, step), str):
+    raise errors.UserError(f"{actor_dir(workdir) / str(step)}: unreadable ({saved})")
+  check_fits(workdir, saved, actor)
+  step = saved.step
   manager = checkpoint_manager.CheckpointManager(root_directory=str(actor_dir(workdir)))
   try:
     restored, _ = manager.maybe_restore(actor, step=step, restore_only_lora_params=True)

@@ -17,6 +17,7 @@ after checkpointing (143 for SIGTERM, 130 for SIGINT): rerun to resume.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import signal
@@ -42,17 +43,27 @@ def default_workdir(config_path: str) -> str:
   return os.path.join("runs", pathlib.Path(config_path).stem)
 
 
-def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> epath.Path:
-  """Every check of the input that needs no model; returns the work directory.
+@dataclasses.dataclass(frozen=True)
+class Start:
+  """What preflight learned about the work directory, each thing read once."""
 
-  Runs in seconds, so bad input fails before minutes of loading: the config,
-  a local data file, the work directory's identity and its checkpoints.
+  work: epath.Path
+  saved_identity: dict | None  # run.json of the checkpoints to resume, if any
+  resume: checkpoints.Readable | None  # the newest checkpoint that reads back whole
+
+
+def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Start:
+  """Every check of the input that needs no model, on a validated config.
+
+  Runs in seconds, so bad input fails before minutes of loading: the mesh
+  against the devices, a local data file, the work directory's identity and
+  its checkpoints (the newest is read whole once, here).
   """
   import jax  # pylint: disable=g-import-not-at-top
 
   from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
 
-  config_lib.validate(c, jax.device_count())
+  config_lib.mesh_shape(c.mesh, jax.device_count())
   fsdp, _ = config_lib.mesh_shape(c.mesh, jax.device_count())
   rows = (c.train.micro_batch_size or c.train.batch_size) * c.grpo.num_generations
   if rows % fsdp:
@@ -66,26 +77,29 @@ def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> epath
   if work.exists() and not work.is_dir():
     raise errors.UserError(f"--workdir {workdir}: exists and is not a directory")
   storage.check_writable(work)
-  checkpoints.check_identity(work, checkpoints.identity(c))
-  checkpoints.set_aside_unreadable(work, move=jax.process_index() == 0)
-  return work
+  saved_identity = checkpoints.check_identity(work, checkpoints.identity(c))
+  resume = checkpoints.set_aside_unreadable(work, move=jax.process_index() == 0)
+  return Start(work, saved_identity, resume)
 
 
 def train(c: ml_collections.ConfigDict, workdir: str) -> int:
-  """Trains until `c.train.max_steps`; returns the process exit code."""
-  work = preflight(c, workdir)
+  """Trains until `c.train.max_steps`; returns the process exit code.
+
+  `c` must be validated (config.validate: `command` and api.train do it).
+  """
+  start = preflight(c, workdir)
 
   from gemma_grpo import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
 
   # From here on a signal means "stop at the next safe point", even while loading.
   stop = hooks_lib.StopSignal().install()
   try:
-    return _train(c, work, stop)
+    return _train(c, start, stop)
   finally:
     stop.uninstall()
 
 
-def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
+def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
   import jax  # pylint: disable=g-import-not-at-top
   from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
 
@@ -103,6 +117,7 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
   from gemma_grpo import rewards  # pylint: disable=g-import-not-at-top
   from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
+  work = start.work
   mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
   work.mkdir(parents=True, exist_ok=True)
   is_chief = jax.process_index() == 0
@@ -114,12 +129,13 @@ def _train(c: ml_collections.ConfigDict, work: epath.Path, stop) -> int:
   loaded = policy_lib.load_base(c.model, mesh)
   phases.done(f"model: {c.model.source} loaded ({c.model.dtype})")
   ident = checkpoints.identity(c, checkpoints.model_shape(loaded.model))
-  checkpoints.check_identity(work, ident)
+  if start.saved_identity is not None:  # its config fields were compared in preflight
+    checkpoints.compare_identity(work, start.saved_identity, ident)
   actor = lora.apply(loaded.model, c.lora, mesh)
   phases.done(f"LoRA: {lora.num_lora_params(actor)} trainable parameters")
-  resume_step = (checkpoints.saved_steps(work) or [None])[-1]
-  if resume_step is not None:
-    checkpoints.check_compatible(work, resume_step, actor)
+  resume_step = start.resume.step if start.resume else None
+  if start.resume is not None:
+    checkpoints.check_fits(work, start.resume, actor)
   if is_chief:
     checkpoints.write_identity(work, ident)
   splits = data_lib.build_splits(c.data, loaded.tokenizer, c.rollout.max_prompt_length)

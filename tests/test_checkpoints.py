@@ -133,7 +133,7 @@ def test_a_damaged_latest_step_is_moved_aside_and_the_previous_used(tiny_run, tm
   truncate(actor / "2")
   files_before = sorted(p.relative_to(actor / "2") for p in (actor / "2").rglob("*"))
   with caplog.at_level(logging.WARNING):
-    assert checkpoints.set_aside_unreadable(workdir) == 1
+    assert checkpoints.set_aside_unreadable(workdir).step == 1
   assert checkpoints.saved_steps(workdir) == [1]
   # Set aside, never deleted.
   assert sorted(p.relative_to(actor / "2.corrupt") for p in (actor / "2.corrupt").rglob("*")) == files_before
@@ -146,14 +146,14 @@ def test_setting_aside_never_overwrites_an_earlier_corrupt_copy(tiny_run, tmp_pa
   actor = checkpoints.actor_dir(workdir)
   (actor / "2.corrupt").mkdir()
   garble_metadata(actor / "2")
-  assert checkpoints.set_aside_unreadable(workdir) == 1
+  assert checkpoints.set_aside_unreadable(workdir).step == 1
   assert (actor / "2.corrupt").is_dir() and (actor / "2.corrupt1" / "model_params").is_dir()
 
 
 def test_without_move_nothing_is_renamed(tiny_run, tmp_path):
   workdir = copy_run(tiny_run, tmp_path)
   truncate(checkpoints.actor_dir(workdir) / "2")
-  assert checkpoints.set_aside_unreadable(workdir, move=False) == 1
+  assert checkpoints.set_aside_unreadable(workdir, move=False).step == 1
   assert checkpoints.saved_steps(workdir) == [1, 2]
 
 
@@ -248,8 +248,10 @@ def test_checkpoint_must_fit_the_adapters(tiny_run, tiny_model, lora_change, mes
   c, mesh, loaded = tiny_model
   c = tiny_config(**lora_change)
   actor = lora.apply(loaded.model, c.lora, mesh)
+  saved = checkpoints.set_aside_unreadable(tiny_run, move=False)
+  assert saved.step == 2
   if message is None:
-    checkpoints.check_compatible(tiny_run, 2, actor)
+    checkpoints.check_fits(tiny_run, saved, actor)
   else:
     with pytest.raises(errors.UserError, match=message):
-      checkpoints.check_compatible(tiny_run, 2, actor)
+      checkpoints.check_fits(tiny_run, saved, actor)

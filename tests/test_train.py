@@ -7,7 +7,9 @@ import struct
 
 import pytest
 
+from conftest import REPO
 from conftest import run_cli
+from conftest import run_python
 from gemma_grpo import checkpoints
 from gemma_grpo import metrics
 from gemma_grpo import train
@@ -105,6 +107,31 @@ def test_rerun_of_a_finished_run_does_nothing(tiny_run, tmp_path):
   proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir)])
   assert "nothing to do" in proc.stderr
   assert checkpoints.saved_steps(workdir) == [1, 2]
+
+
+def test_start_up_validates_reads_the_identity_and_the_checkpoint_once(tiny_run, tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(tiny_run, workdir)
+  # The whole start-up of a resume (up to "nothing to do"), counting calls.
+  proc = run_python(f"""
+import collections, json
+from gemma_grpo import checkpoints, config, train
+calls = collections.Counter()
+def counted(module, name):
+  original = getattr(module, name)
+  def wrapper(*args, **kwargs):
+    calls[name] += 1
+    return original(*args, **kwargs)
+  setattr(module, name, wrapper)
+counted(config, "validate")
+counted(checkpoints, "saved_identity")
+counted(checkpoints, "_manager")  # every Orbax read of ours opens one
+code = train.main(["--config", "configs/tiny.py", "--workdir", {str(workdir)!r}])
+print(json.dumps({{"code": code, **calls}}))
+""", cwd=REPO)
+  counts = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert counts == {"code": 0, "validate": 1, "saved_identity": 1, "_manager": 1}
+  assert "nothing to do" in proc.stderr
 
 
 def test_default_workdir_is_named_after_the_config():
