@@ -39,7 +39,7 @@ def read_eval(directory: pathlib.Path) -> tuple[dict, list[dict]]:
 
 def summarize(out: pathlib.Path, seeds: list[int]) -> None:
   from configs import gemma3_270m_accuracy  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import evaluate  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import scoring  # pylint: disable=g-import-not-at-top
 
   c = gemma3_270m_accuracy.get_config()
   seen = first_command.trained_equations(c.train.max_steps, c)
@@ -55,7 +55,7 @@ def summarize(out: pathlib.Path, seeds: list[int]) -> None:
     for name in ("accuracy", "format_accuracy", "truncated"):
       if name in base:
         print(f"  {name:12} {base[name]:>10.1%} {grpo[name]:>10.1%}")
-    print("  " + evaluate.paired_accuracy_line(base_samples, grpo_samples))
+    print("  " + scoring.paired_accuracy_line(base_samples, grpo_samples))
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
   sys.path.insert(0, str(REPO))
 
-from gemma_grpo import evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
+from gemma_grpo import scoring  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 DOCS = ("README.md", "RESULTS.md")
 
@@ -83,9 +83,9 @@ def accuracy(results: pathlib.Path) -> str:
     start, end = _evals(run)[0], _evals(run)[-1]
     base, grpo = _samples(start), _samples(end)
     questions = sorted({s["question"] for s in base})
-    diff, low, high = evaluate.paired_bootstrap(
-        [evaluate.per_problem_accuracy(base)[q] for q in questions],
-        [evaluate.per_problem_accuracy(grpo)[q] for q in questions])
+    diff, low, high = scoring.paired_bootstrap(
+        [scoring.per_problem_accuracy(base)[q] for q in questions],
+        [scoring.per_problem_accuracy(grpo)[q] for q in questions])
     wall = json.loads((run / "wall_time.json").read_text())["seconds"] / 60
     seed = run.name.split("_")[1]
     for label, directory, samples in (("base (step 0)", start, base),

@@ -26,13 +26,13 @@ import ml_collections
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import data as data_lib
-from gemma_grpo import evaluate as evaluate_lib
 from gemma_grpo import export as export_lib
 from gemma_grpo import generation
 from gemma_grpo import mesh as mesh_lib
 from gemma_grpo import metrics as metrics_lib
 from gemma_grpo import policy as policy_lib
 from gemma_grpo import rewards
+from gemma_grpo import scoring
 from gemma_grpo import storage
 from gemma_grpo import tokenizer as tokenizer_lib
 from gemma_grpo import train as train_lib
@@ -115,7 +115,7 @@ def evaluate(policy: policy_lib.Policy, problems: Sequence[data_lib.Problem], *,
     out = generator.generate(prompts, decoding, batch_size=c.eval.batch_size)
     return out.texts, out.truncated, out.num_tokens
 
-  metrics, samples = evaluate_lib.run(generate, list(problems), c.eval.batch_size,
+  metrics, samples = scoring.run(generate, list(problems), c.eval.batch_size,
                                       reward_fns=rewards.from_config(c.rewards))
   return {"metrics": metrics, "samples": samples}
 

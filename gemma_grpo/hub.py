@@ -9,12 +9,16 @@ missing one fails in the time of that probe.
 
 from __future__ import annotations
 
+import os
+import pathlib
 import socket
 import urllib.parse
 
 import huggingface_hub
 from huggingface_hub import constants
 from huggingface_hub import errors as hub_errors
+
+from gemma_grpo import errors
 
 PROBE_TIMEOUT_S = 3.0
 
@@ -54,3 +58,28 @@ def download_file(repo_id: str, filename: str, **kwargs) -> str:
 def download_repo(repo_id: str, **kwargs) -> str:
   """`snapshot_download`, from the cache only when the hub is out of reach."""
   return _download(huggingface_hub.snapshot_download, repo_id, **kwargs)
+
+
+def push_folder(folder: pathlib.Path, repo_id: str) -> str:
+  """Uploads `folder` to a private model repo.
+
+  The token is HF_TOKEN's, else the one `hf auth login` saved.
+  """
+  api = huggingface_hub.HfApi(token=os.environ.get("HF_TOKEN") or None)
+  try:
+    url = api.create_repo(repo_id, private=True, exist_ok=True, repo_type="model")
+    api.upload_folder(
+        folder_path=str(folder), repo_id=repo_id, repo_type="model",
+        commit_message="gemma-grpo export",
+    )
+  except (hub_errors.HfHubHTTPError, OSError, ValueError, RuntimeError) as e:
+    # RuntimeError: huggingface_hub's report of a failed LFS upload.
+    first = (str(e).splitlines() or [""])[0][:200]
+    # The Hub's own reason ("Invalid credentials ...") is on a later line.
+    reason = (getattr(e, "server_message", None) or "").strip().splitlines()
+    said = f"; the Hub says: {reason[0][:200]}" if reason else ""
+    raise errors.UserError(
+        f"--push-to-hub {repo_id}: upload failed ({type(e).__name__}: {first}{said}); the export"
+        f" is complete in {folder}; check HF_TOKEN (or `hf auth login`) and retry"
+    ) from None
+  return str(url)

@@ -106,7 +106,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
   from gemma_grpo import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import console  # pylint: disable=g-import-not-at-top
   from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import evaluate  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import scoring  # pylint: disable=g-import-not-at-top
   from gemma_grpo import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import learner as learner_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
@@ -201,11 +201,11 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
       out = cluster.generate(batch_prompts, mode=rl_cluster_lib.Mode.EVAL)
       return tokenizer_lib.apply_stop_text(
           out.text, out.tokens, c.eval.max_new_tokens, c.rollout.stop_text, loaded.tokenizer)
-    metrics, samples = evaluate.run(generate, heldout, c.eval.batch_size, reward_fns=eval_reward_fns,
+    metrics, samples = scoring.run(generate, heldout, c.eval.batch_size, reward_fns=eval_reward_fns,
                                     show_progress=is_chief)
     evals.append(metrics)
     if is_chief:
-      evaluate.write(work / "eval" / f"step_{step:06d}", {
+      scoring.write(work / "eval" / f"step_{step:06d}", {
           "metrics": metrics,
           "settings": {"step": step, "decoding": {"mode": "greedy", "max_new_tokens": c.eval.max_new_tokens,
                                                   "stop_text": c.rollout.stop_text, "engine": c.rollout.engine},

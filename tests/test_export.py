@@ -18,8 +18,10 @@ from configs import base
 from gemma_grpo import errors
 from gemma_grpo import export
 from gemma_grpo import gguf_io
+from gemma_grpo import hub as hub_lib
 from gemma_grpo import lora
 from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import model_card
 from gemma_grpo import policy as policy_lib
 from gemma_grpo import prompts
 
@@ -317,9 +319,9 @@ def test_model_card_names_the_run_and_its_evaluation(exported, tmp_path):
   (tmp_path / "eval_step2").mkdir()
   (tmp_path / "eval_step2" / "eval.json").write_text(
       json.dumps({"metrics": {"accuracy": 0.375, "format_accuracy": 0.5}, "samples": [1, 2]}))
-  card = export.model_card(exported.policy, tmp_path, "hf", "float32")
+  card = model_card.write(exported.policy, tmp_path, "hf", "float32")
   c = exported.policy.config
-  for needle in ("license: gemma", export.LICENSE_URL, "step 2", "`random`", c.data.source,
+  for needle in ("license: gemma", model_card.LICENSE_URL, "step 2", "`random`", c.data.source,
                  f"{c.lora.rank} / {c.lora.alpha}", "| accuracy | 0.375 |", "AutoModelForCausalLM",
                  c.grpo.algorithm):
     assert needle in card, needle
@@ -337,7 +339,7 @@ def test_model_card_shows_the_few_shot_prompt_the_stop_text_and_the_runs_own_eva
     (tmp_path / "eval" / f"step_{step:06d}").mkdir(parents=True)
     (tmp_path / "eval" / f"step_{step:06d}" / "eval.json").write_text(
         json.dumps({"metrics": {"accuracy": accuracy}}))
-  card = export.model_card(policy, tmp_path, "hf", "float32")
+  card = model_card.write(policy, tmp_path, "hf", "float32")
   assert "Solve for x: x + 7 = 15" in card and "1 solved example as" in card
   assert "`</answer>`: use it as a stop string" in card
   assert card.index("`eval/step_000000/eval.json`") < card.index("`eval/step_000014/eval.json`")
@@ -615,7 +617,7 @@ def test_push_to_hub_uploads_the_export_byte_for_byte_to_a_private_repo(
 def test_a_rejected_hub_token_is_a_one_line_user_error(hub, tmp_path, monkeypatch):
   monkeypatch.setenv("HF_TOKEN", "hf_revoked_token")
   with pytest.raises(errors.UserError) as error:
-    export.push_to_hub(tmp_path, "me/x")
+    hub_lib.push_folder(tmp_path, "me/x")
   message = str(error.value)
   # huggingface_hub's own words, first line only: "Client error '401 Unauthorized' for url ...".
   assert message.startswith("--push-to-hub me/x: upload failed (HfHubHTTPError: Client error '401"), message

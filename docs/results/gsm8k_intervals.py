@@ -5,7 +5,7 @@
 The eval outputs of those runs (2026-11-30 and 12-01) were not kept, but
 RESULTS.md lists which test problems each model solved and how many problems
 changed format in each direction, which fixes the per-problem pairs exactly.
-The interval is gemma_grpo.evaluate.paired_bootstrap's (problems resampled
+The interval is gemma_grpo.scoring.paired_bootstrap's (problems resampled
 with their pair, 10,000 times, seed 0).
 """
 
@@ -14,7 +14,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
-from gemma_grpo import evaluate  # pylint: disable=g-import-not-at-top,wrong-import-position
+from gemma_grpo import scoring  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # 1-based GSM8K test problems each model answered correctly (RESULTS.md).
 SOLVED = {
@@ -29,7 +29,7 @@ SOLVED = {
 def accuracy(base: str, new: str, problems: range) -> str:
   a = [float(p in SOLVED[base]) for p in problems]
   b = [float(p in SOLVED[new]) for p in problems]
-  diff, low, high = evaluate.paired_bootstrap(a, b)
+  diff, low, high = scoring.paired_bootstrap(a, b)
   return (f"accuracy {new} vs {base}, problems {problems.start}-{problems.stop - 1}:"
           f" {int(sum(b))} vs {int(sum(a))} solved, {diff * 100:+.1f} points,"
           f" 95% interval [{low * 100:+.1f}, {high * 100:+.1f}]")
@@ -37,7 +37,7 @@ def accuracy(base: str, new: str, problems: range) -> str:
 
 def format_flips(base: str, new: str, n: int, gained: int, lost: int, what: str) -> str:
   diff_P = [1.0] * gained + [-1.0] * lost + [0.0] * (n - gained - lost)
-  diff, low, high = evaluate.paired_bootstrap([0.0] * n, diff_P)
+  diff, low, high = scoring.paired_bootstrap([0.0] * n, diff_P)
   return (f"format {new} vs {base}, {what}: {gained} problems gained the format, {lost} lost it,"
           f" {diff * 100:+.1f} points, 95% interval [{low * 100:+.1f}, {high * 100:+.1f}]")
 
