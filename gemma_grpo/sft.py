@@ -23,6 +23,7 @@ from absl import logging
 import ml_collections
 import numpy as np
 
+from gemma_grpo import command
 from gemma_grpo import config as config_lib
 from gemma_grpo import data as data_lib
 from gemma_grpo import errors
@@ -208,20 +209,17 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
     try:
       trainer.train(stop.guard(iter(batches(tokens, masks, c.sft.batch_size, c.data.shuffle_seed))))
     except hooks_lib.NonFiniteError as e:
-      from gemma_grpo import train as train_lib  # pylint: disable=g-import-not-at-top
-
       trainer.checkpoint_manager.close()  # waits for a save still in flight
       kept = checkpoints.saved_steps(work)
       where = (f"the last good checkpoint, step {kept[-1]}, is kept" if kept
                else "no checkpoint was saved")
       print(f"error: {e}; SFT stopped; {where}", file=sys.stderr, flush=True)
-      return train_lib.EXIT_NONFINITE
+      return command.EXIT_NONFINITE
     finally:
       stop.uninstall()
       writer.close()
   if stop.agree():
-    print(f"stopped after step {trainer.train_steps}; rerun to resume", file=sys.stderr)
-    return 128 + stop.signum
+    return command.stopped(stop, checkpoints.actor_dir(work), trainer.train_steps)
   logging.info("SFT done: %d steps in %s", trainer.train_steps, work)
   if jax.process_index() == 0:
     from gemma_grpo import plots  # pylint: disable=g-import-not-at-top
@@ -232,9 +230,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
   """`gemma-grpo sft --config FILE [--workdir DIR] [--config.x.y=v ...]`."""
-  from gemma_grpo import train  # pylint: disable=g-import-not-at-top
-
-  return train.command(argv, prog="gemma-grpo sft", doc=__doc__, run=sft)
+  return command.main(argv, prog="gemma-grpo sft", doc=__doc__, run=sft)
 
 
 if __name__ == "__main__":

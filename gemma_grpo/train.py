@@ -7,40 +7,25 @@ command resumes from the latest checkpoint in the work directory, data
 position and sampling keys included, so an interrupted run continues exactly
 as the uninterrupted one would have.
 
-Exit codes: 0 done; 2 bad input (one `error:` line per problem), or the work
-directory is in use by another trainer (gemma_grpo.workdir_lock); 3 NaN/Inf in
-training (the last good checkpoint is kept); 4 another process of a
-multi-process run failed or vanished (see gemma_grpo.distributed); 5 a reward
-function raised (the last good checkpoint is kept); 128+N stopped by signal N
-after checkpointing (143 for SIGTERM, 130 for SIGINT): rerun to resume.
+Arguments and exit codes: gemma_grpo.command (shared with `sft`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import pathlib
-import signal
 import sys
-from typing import Callable
 
 from absl import logging
 from etils import epath
 import ml_collections
 
 from gemma_grpo import checkpoints
+from gemma_grpo import command
 from gemma_grpo import config as config_lib
-from gemma_grpo import distributed
 from gemma_grpo import errors
 from gemma_grpo import storage
-from gemma_grpo import workdir_lock
 
-EXIT_NONFINITE = 3
-EXIT_REWARD_FUNCTION = 5
-
-
-def default_workdir(config_path: str) -> str:
-  return os.path.join("runs", pathlib.Path(config_path).stem)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,7 +168,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
     cluster.close()
     writer.close()
     if stop.requested:
-      return _stopped(stop, work, trainer.train_steps)
+      return command.stopped(stop, checkpoints.actor_dir(work), trainer.train_steps)
     logging.info("%s already holds step %d >= train.max_steps; nothing to do",
                  work, trainer.train_steps)
     return 0
@@ -250,16 +235,16 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
              f" {checkpoints.actor_dir(work)}" if kept else "no checkpoint was saved")
     print(f"error: {e}; training stopped; {where}", file=sys.stderr, flush=True)
     if isinstance(e, hooks_lib.NonFiniteError):
-      return EXIT_NONFINITE
+      return command.EXIT_NONFINITE
     _print_user_frames(e.__cause__)
-    return EXIT_REWARD_FUNCTION
+    return command.EXIT_REWARD_FUNCTION
   except BaseException:
     trainer.checkpoint_manager.close()
     raise
   finally:
     writer.close()
   if stop.agree():
-    return _stopped(stop, work, trainer.train_steps)
+    return command.stopped(stop, checkpoints.actor_dir(work), trainer.train_steps)
   logging.info("Done: %d steps in %s", trainer.train_steps, work)
   if is_chief and len(evals) >= 2:
     print(heldout_summary(evals[0], evals[-1], len(heldout), trainer.train_steps), flush=True)
@@ -291,70 +276,9 @@ def _print_user_frames(error: BaseException) -> None:
     print("".join(traceback.format_list(frames)).rstrip(), file=sys.stderr, flush=True)
 
 
-def _stopped(stop, work: epath.Path, step: int) -> int:
-  name = signal.Signals(stop.signum).name
-  saved = checkpoints.saved_steps(work)
-  if step and saved and saved[-1] == step:
-    where = f"checkpoint step {step} saved in {checkpoints.actor_dir(work)}"
-  elif saved:
-    where = f"latest checkpoint is step {saved[-1]} in {checkpoints.actor_dir(work)}"
-  else:
-    where = "no checkpoint yet"
-  print(f"{name}: stopped after step {step}; {where}; rerun the same command"
-        " to resume.", file=sys.stderr, flush=True)
-  return 128 + stop.signum
-
-
-def command(argv: list[str] | None, *, prog: str, doc: str,
-            run: Callable[[ml_collections.ConfigDict, str], int]) -> int:
-  """`PROG --config FILE [--workdir DIR] [--config.x.y=v ...]` -> run(c, workdir).
-
-  Shared by `train` and `sft`: everything that needs no device is checked
-  before JAX starts, bad input exits 2 with one line per problem.
-  """
-  import argparse  # pylint: disable=g-import-not-at-top
-
-  argv = list(sys.argv[1:] if argv is None else argv)
-  parser = argparse.ArgumentParser(
-      prog=prog, description=doc.splitlines()[0],
-      epilog="Override any config key with --config.section.key=value.",
-  )
-  parser.add_argument("--config", required=True, help="config file, e.g. configs/gemma3_270m.py")
-  parser.add_argument("--workdir", help="run directory or gs:// URL (default runs/<config name>)")
-  distributed.add_flags(parser)
-  with errors.exit_on_user_error():
-    known, rest = parser.parse_known_args(argv)
-    rank = distributed.resolve_rank(known)
-    c = config_lib.load(known.config)
-    leftover = config_lib.apply_overrides(c, rest)
-    if leftover:
-      parser.error(f"unrecognized arguments: {' '.join(leftover)}")
-    config_lib.validate(c)
-    from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
-
-    distributed.initialize(rank)
-    metrics_lib.configure_logging()
-    with distributed.failures_reported():
-      workdir = known.workdir or default_workdir(known.config)
-      distributed.check_same(
-          "the config or --workdir", c.to_json_best_effort(sort_keys=True) + workdir,
-          "start every process with the same --config, overrides and --workdir")
-      # Process 0 holds the lease for all; a refusal there stops every process.
-      with workdir_lock.held(storage.path(workdir), take=distributed.is_chief()) as lease:
-        if lease is not None:
-          distributed.before_hard_exit(lease.release)
-        try:
-          code = run(c, workdir)
-        except KeyboardInterrupt:
-          print("interrupted (second Ctrl-C): no checkpoint was written for the"
-                " step in progress", file=sys.stderr, flush=True)
-          code = 128 + signal.SIGINT
-    return distributed.finish(code)
-
-
 def main(argv: list[str] | None = None) -> int:
   """`python -m gemma_grpo.train --config FILE [--workdir DIR] [--config.x.y=v ...]`."""
-  return command(argv, prog="gemma-grpo train", doc=__doc__, run=train)
+  return command.main(argv, prog="gemma-grpo train", doc=__doc__, run=train)
 
 
 if __name__ == "__main__":

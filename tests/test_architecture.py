@@ -10,7 +10,7 @@ import pathlib
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "gemma_grpo"
 # The front ends, the CLI's commands and the Python API; nothing below may import them.
-COMMANDS = {"train", "sft", "evaluate", "export", "plots", "cli", "api"}
+COMMANDS = {"train", "sft", "evaluate", "export", "plots", "cli", "api", "command"}
 
 
 def imports_of(path: pathlib.Path) -> set[str]:

@@ -11,8 +11,8 @@ from conftest import REPO
 from conftest import run_cli
 from conftest import run_python
 from gemma_grpo import checkpoints
+from gemma_grpo import command
 from gemma_grpo import metrics
-from gemma_grpo import train
 
 REWARD_FUNCTIONS = ("format_exact", "format_approx", "answer_correct", "number_match")
 
@@ -135,7 +135,7 @@ print(json.dumps({{"code": code, **calls}}))
 
 
 def test_default_workdir_is_named_after_the_config():
-  assert train.default_workdir("configs/gemma3_270m.py") == "runs/gemma3_270m"
+  assert command.default_workdir("configs/gemma3_270m.py") == "runs/gemma3_270m"
 
 
 @pytest.mark.parametrize("args, needle", [
