@@ -15,6 +15,8 @@ import pathlib
 import sys
 from typing import Callable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 _CONSOLE_KEYS = (
@@ -50,7 +52,11 @@ class Writer:
                max_steps: int, is_chief: bool = True, console=sys.stdout,
                learning_rate: Callable[[int], float] | None = None):
     self._is_chief = is_chief
-    self._schedule = learning_rate
+    # Every step's rate, computed once here: a schedule evaluated on the host
+    # at each step compiles small JAX programs mid-run (tests/test_train.py
+    # fails on any compilation after the first step).
+    self._rates = None if learning_rate is None else np.asarray(
+        jax.vmap(learning_rate)(jnp.arange(max_steps)), dtype=np.float64)
     self._rows: dict[int, dict[str, float]] = collections.defaultdict(dict)
     self._max_steps = max_steps
     self._flush_every = flush_every_steps
@@ -72,10 +78,10 @@ class Writer:
   def log_scalar(self, event: str, value, step: int | None = None, **unused):
     if step is None or event.startswith("/"):
       return  # JAX/Orbax internals, not training metrics
-    if event == LEARNING_RATE and self._schedule is not None:
+    if event == LEARNING_RATE and self._rates is not None:
       # Tunix reads the rate from the optimizer a step late, i.e. the next
       # step's; log the rate update `step` actually used.
-      value = self._schedule(int(step) - 1)
+      value = self._rates[min(max(int(step) - 1, 0), len(self._rates) - 1)]
     self.scalar(event, value, tunix_step(event, int(step)))
 
   def scalar(self, name: str, value, step: int) -> None:

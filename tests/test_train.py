@@ -134,6 +134,35 @@ print(json.dumps({{"code": code, **calls}}))
   assert "nothing to do" in proc.stderr
 
 
+def test_nothing_compiles_after_the_first_step(tmp_path):
+  # Every program JAX lowers once the first update is done, by name: a step
+  # program recompiled (a shape, dtype or sharding that drifts between steps)
+  # or a host-side op compiled mid-run would appear here.
+  proc = run_python(f"""
+import json, logging
+import jax
+from gemma_grpo import hooks, train
+jax.config.update("jax_log_compiles", True)
+state = {{"steps_done": 0, "late": []}}
+original = hooks.RunHooks.on_train_step_end
+def on_train_step_end(self, *args, **kwargs):
+  state["steps_done"] += 1
+  return original(self, *args, **kwargs)
+hooks.RunHooks.on_train_step_end = on_train_step_end
+class Late(logging.Handler):
+  def emit(self, record):
+    message = record.getMessage()
+    if state["steps_done"] and message.startswith("Compiling "):
+      state["late"].append(message.split(" with ")[0])
+logging.getLogger("jax").addHandler(Late())
+code = train.main(["--config", "configs/tiny.py", "--workdir", {str(tmp_path / "run")!r},
+                   "--config.train.max_steps=3", "--config.ckpt.every_steps=100"])
+print(json.dumps({{"code": code, "steps": state["steps_done"], "late": state["late"]}}))
+""", cwd=REPO)
+  result = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert result == {"code": 0, "steps": 3, "late": []}
+
+
 def test_default_workdir_is_named_after_the_config():
   assert command.default_workdir("configs/gemma3_270m.py") == "runs/gemma3_270m"
 
