@@ -13,10 +13,8 @@ import math
 import os
 import pathlib
 import sys
-from typing import Callable
+from typing import Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 _CONSOLE_KEYS = (
@@ -50,13 +48,12 @@ class Writer:
 
   def __init__(self, logdir: str | pathlib.Path, *, flush_every_steps: int,
                max_steps: int, is_chief: bool = True, console=sys.stdout,
-               learning_rate: Callable[[int], float] | None = None):
+               learning_rates: Sequence[float] | None = None):
     self._is_chief = is_chief
-    # Every step's rate, computed once here: a schedule evaluated on the host
-    # at each step compiles small JAX programs mid-run (tests/test_train.py
-    # fails on any compilation after the first step).
-    self._rates = None if learning_rate is None else np.asarray(
-        jax.vmap(learning_rate)(jnp.arange(max_steps)), dtype=np.float64)
+    # Update i's rate at [i - 1], computed before training: a schedule
+    # evaluated on the host at each step compiles small JAX programs mid-run
+    # (tests/test_train.py fails on any compilation after the first step).
+    self._rates = None if learning_rates is None else list(learning_rates)
     self._rows: dict[int, dict[str, float]] = collections.defaultdict(dict)
     self._max_steps = max_steps
     self._flush_every = flush_every_steps

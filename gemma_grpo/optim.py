@@ -5,7 +5,10 @@ Each function takes the `optim` slice of the config.
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 
@@ -16,6 +19,11 @@ def learning_rate(c: ml_collections.ConfigDict, max_steps: int):
       init_value=0.0, peak_value=c.peak_lr, warmup_steps=warmup,
       decay_steps=max(max_steps, warmup + 1), end_value=c.end_lr,
   )
+
+
+def learning_rates(c: ml_collections.ConfigDict, max_steps: int) -> np.ndarray:
+  """The rate of every update 1..max_steps, computed in one go (for logging)."""
+  return np.asarray(jax.vmap(learning_rate(c, max_steps))(jnp.arange(max_steps)), dtype=np.float64)
 
 
 def optimizer(c: ml_collections.ConfigDict, max_steps: int):

@@ -169,7 +169,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   writer = metrics_lib.Writer(
       work / "tensorboard", flush_every_steps=c.log.flush_every_steps,
       max_steps=c.sft.max_steps, is_chief=jax.process_index() == 0,
-      learning_rate=optim.learning_rate(optim_c, c.sft.max_steps),
+      learning_rates=optim.learning_rates(optim_c, c.sft.max_steps),
   )
   training = peft_trainer.TrainingConfig(
       eval_every_n_steps=10**9,

@@ -131,7 +131,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
   writer = metrics_lib.Writer(
       work / "tensorboard", flush_every_steps=c.log.flush_every_steps,
       max_steps=c.train.max_steps, is_chief=is_chief,
-      learning_rate=optim.learning_rate(c.optim, c.train.max_steps),
+      learning_rates=optim.learning_rates(c.optim, c.train.max_steps),
   )
   try:
     cluster = cluster_lib.SharedWeightsCluster(

@@ -34,7 +34,7 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
   loaded = model_lib.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
   writer = metrics_lib.Writer(tmp_path / "tensorboard", flush_every_steps=1, max_steps=1,
-                              is_chief=True, learning_rate=optim.learning_rate(c.optim, 1))
+                              is_chief=True, learning_rates=optim.learning_rates(c.optim, 1))
   cluster = cluster_lib.SharedWeightsCluster(
       actor=actor, reference=loaded.model, tokenizer=loaded.tokenizer,
       cluster_config=cluster_lib.cluster_config(

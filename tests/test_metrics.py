@@ -20,7 +20,7 @@ def test_tunix_step_alignment(event, step, expected):
 def test_rows_are_written_when_finished_and_internals_ignored(tmp_path):
   out = io.StringIO()
   w = metrics.Writer(tmp_path, flush_every_steps=1, max_steps=2, console=out,
-                     learning_rate=lambda s: [0.5, 0.25][s])
+                     learning_rates=[0.5, 0.25])
   w.log_scalar("rewards/train/sum", 1.5, step=0)
   w.log_scalar("actor/train/loss", 0.1, step=1)
   w.log_scalar("actor/train/learning_rate", 0.25, step=1)  # Tunix: a step late

@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from gemma_grpo import config as config_lib
@@ -28,3 +29,13 @@ def test_optimizer_warms_up_from_zero_then_decays(tiny):
   assert lrs[10] == pytest.approx(1e-3)  # warmup of 10% of 100 steps
   assert lrs[55] == pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * 45 / 90)), rel=1e-4)
   assert lrs[-1] < 1e-5
+
+
+def test_learning_rates_list_the_schedule_of_every_update(tiny):
+  c = tiny.optim
+  c.warmup_fraction, c.peak_lr, c.end_lr = 0.25, 1e-3, 0.0
+  rates = optim.learning_rates(c, 8)
+  schedule = optim.learning_rate(c, 8)
+  assert rates.shape == (8,)
+  np.testing.assert_allclose(rates, [float(schedule(i)) for i in range(8)], rtol=1e-6)
+  assert rates[0] == 0.0 and rates[2] == pytest.approx(1e-3)
