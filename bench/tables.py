@@ -89,7 +89,7 @@ def accuracy(results: pathlib.Path) -> str:
     wall = json.loads((run / "wall_time.json").read_text())["seconds"] / 60
     seed = run.name.split("_")[1]
     for label, directory, samples in (("base (step 0)", start, base),
-                                      (f"GRPO ({end.name.replace('_', ' ').lstrip('0')})", end, grpo)):
+                                      (f"GRPO (step {int(end.name.split('_')[1])})", end, grpo)):
       m = _metrics(directory)
       solved = sum(bool(s["correct"]) for s in samples)
       last_cells = (f"{diff * 100:+.1f} points [{low * 100:+.1f}, {high * 100:+.1f}]", f"{wall:.1f} min") \

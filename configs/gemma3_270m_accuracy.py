@@ -10,7 +10,10 @@ training problem is one of them under another letter or wording
 (data.heldout_unseen_by = "equation"; the ~100 other equations are trained
 on). The 200 are evaluated greedily before the first step and after the
 last; bench/accuracy.py prints the paired-bootstrap interval of the
-difference. Measured figures: RESULTS.md (docs/results/accuracy).
+difference. Measured 2026-12-01 on a 2-core CPU, seed 0: accuracy 25.5% ->
+54.0% (+28.5 points, 95% interval [+22.0, +35.0]), exact format 98.0% ->
+100%, 52.3 min in all (two 6-min evals, ~40 s a step). RESULTS.md,
+docs/results/accuracy.
 """
 
 from configs import gemma3_270m
