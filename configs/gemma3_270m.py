@@ -62,7 +62,7 @@ def get_config():
   c.optim.warmup_fraction = 0.0  # 20 steps: no step to spare at rate 0
   c.eval.every_steps = 20  # and before the first step
   c.eval.num_examples = 32
-  c.eval.batch_size = 16
+  c.eval.batch_size = 32  # all 32 in one batch: a decode step reads every weight, whatever the rows
   c.eval.max_new_tokens = 64
   c.ckpt.every_steps = 10
   c.log.flush_every_steps = 1
