@@ -393,15 +393,15 @@ class Learner(grpo_learner.GRPOLearner):
     num_groups = len(inputs["prompts"]) // g
     rounds = [self._rollout(inputs, mode, jax.random.fold_in(step_key, 0))]
 
-    roll_more = None
-    if cfg.dynamic_sampling and mode == Mode.TRAIN and self._refill_problems:
-      def roll_more(round_: int) -> np.ndarray:
-        more = refill_batch(
-            self._refill_problems, num_groups=num_groups, num_generations=g,
-            seed=self._rollout_seed, step=step, call=call, round_=round_, columns=inputs)
-        rounds.append(self._rollout(more, mode, jax.random.fold_in(step_key, round_)))
-        return rounds[-1].rewards.reshape(-1, g)
-    selection = select_groups(rounds[0].rewards.reshape(-1, g), roll_more,
+    def roll_more(round_: int) -> np.ndarray:
+      more = refill_batch(
+          self._refill_problems, num_groups=num_groups, num_generations=g,
+          seed=self._rollout_seed, step=step, call=call, round_=round_, columns=inputs)
+      rounds.append(self._rollout(more, mode, jax.random.fold_in(step_key, round_)))
+      return rounds[-1].rewards.reshape(-1, g)
+
+    refills = cfg.dynamic_sampling and mode == Mode.TRAIN and self._refill_problems
+    selection = select_groups(rounds[0].rewards.reshape(-1, g), roll_more if refills else None,
                               num_groups, cfg.max_resample_rounds)
     rows = [(r, i * g + j) for r, i in selection.picks for j in range(g)]
     pad, eos = self.rl_cluster.rollout.pad_id(), self.rl_cluster.rollout.eos_id()
