@@ -72,11 +72,8 @@ def batch_texts(n_prompts: int, generations: int) -> list[str]:
   return [prompts.render_prompt(r["question"]) for r in records for _ in range(generations)]
 
 
-def time_ours(args, texts: list[str]) -> dict:
-  """Seconds and token counts of each rollout with our engine or Tunix's Sampler."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from tunix.generate import sampler as sampler_lib  # pylint: disable=g-import-not-at-top
-
+def build_policy(model_dir: pathlib.Path):
+  """(actor, tokenizer, mesh): the workload's LoRA policy, as the trainer samples from it."""
   from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
   from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
@@ -84,18 +81,26 @@ def time_ours(args, texts: list[str]) -> dict:
 
   c = gemma3_270m.get_config()
   with c.unlocked():
-    c.model.source = str(args.model_dir)
+    c.model.source = str(model_dir)
     c.model.dtype = "float32"
     c.lora.rank, c.lora.alpha = common.LORA_RANK, common.LORA_ALPHA
   mesh_lib.enable_compilation_cache(str(model_lib.cache_root(c.model) / "xla"))
   mesh = mesh_lib.make_mesh(c.mesh)
   loaded = model_lib.build(c.model, mesh)
-  actor = lora.apply(loaded.model, c.lora, mesh)
-  prompt_width = max(len(loaded.tokenizer.encode(t)) for t in texts)
+  return lora.apply(loaded.model, c.lora, mesh), loaded.tokenizer, mesh
+
+
+def time_ours(args, texts: list[str]) -> dict:
+  """Seconds and token counts of each rollout with our engine or Tunix's Sampler."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from tunix.generate import sampler as sampler_lib  # pylint: disable=g-import-not-at-top
+
+  actor, tokenizer, mesh = build_policy(args.model_dir)
+  prompt_width = max(len(tokenizer.encode(t)) for t in texts)
   if args.engine == "grouped":
-    return _time_grouped(args, texts, actor, loaded.tokenizer, mesh, prompt_width)
+    return _time_grouped(args, texts, actor, tokenizer, mesh, prompt_width)
   config = actor.config
-  sampler = sampler_lib.Sampler(actor, loaded.tokenizer, sampler_lib.CacheConfig(
+  sampler = sampler_lib.Sampler(actor, tokenizer, sampler_lib.CacheConfig(
       cache_size=prompt_width + args.new_tokens, num_layers=config.num_layers,
       num_kv_heads=config.num_kv_heads, head_dim=config.head_dim))
   key = jax.random.PRNGKey(0)

@@ -121,26 +121,13 @@ def time_rollout(model_dir: pathlib.Path, repeats: int) -> dict:
   """Rollout seconds with 1 and NEW_TOKENS new tokens, and the model's dimensions."""
   import rollout as rollout_bench  # pylint: disable=g-import-not-at-top
 
-  from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
-
-  c = gemma3_270m.get_config()
-  with c.unlocked():
-    c.model.source = str(model_dir)
-    c.model.dtype = "float32"
-    c.lora.rank, c.lora.alpha = common.LORA_RANK, common.LORA_ALPHA
-  mesh_lib.enable_compilation_cache(str(model_lib.cache_root(c.model) / "xla"))
-  mesh = mesh_lib.make_mesh(c.mesh)
-  loaded = model_lib.build(c.model, mesh)
-  actor = lora.apply(loaded.model, c.lora, mesh)
+  actor, tokenizer, mesh = rollout_bench.build_policy(model_dir)
   texts = rollout_bench.batch_texts(common.PROMPTS_PER_STEP, common.GENERATIONS)
-  width = max(len(loaded.tokenizer.encode(t)) for t in texts)
+  width = max(len(tokenizer.encode(t)) for t in texts)
   seconds = {}
   for new_tokens in (1, common.NEW_TOKENS):
     args = types.SimpleNamespace(repeats=repeats, new_tokens=new_tokens)
-    runs = rollout_bench._time_grouped(args, texts, actor, loaded.tokenizer, mesh, width)["runs"]  # pylint: disable=protected-access
+    runs = rollout_bench._time_grouped(args, texts, actor, tokenizer, mesh, width)["runs"]  # pylint: disable=protected-access
     seconds[new_tokens] = common.median([r["seconds"] for r in runs[1:]])
   cfg = actor.config
   return {"seconds": seconds, "prompt_width": width, "dims": {
