@@ -18,7 +18,8 @@ agree, so nearly every group carries a learning signal). Measured 2026-12-01
 on a 2-core CPU (bench/first_command.py, docs/results/first_command), seeds
 0, 1, 2: accuracy 40.6% -> 59.4%, 56.2%, 43.8% (+6, +5, +1 of 32); held-out
 reward 5.81 -> 9.88, 9.76, 7.59; exact format 90.6% -> 84.4%, 100%, 100%.
-Seed 0 alone on the machine: 16.0 min (about 40 s a step).
+Seed 0 alone on the machine: 14.9 min (about 37 s a step; 16.0 min in an
+earlier alone run, the difference being run-to-run variation).
 """
 
 import ml_collections
