@@ -8,17 +8,21 @@ bench/first_command.py does: both held-out evals (eval.json, samples.jsonl),
 metrics.jsonl, plots, console.txt, wall_time.json. Then prints, per seed,
 the base (the eval before the first step: the same weights, LoRA B = 0) and
 the GRPO policy (after the last step) side by side on the 200 held-out
-problems: accuracy, exact format, truncation, the paired difference with its
-95% paired-bootstrap interval, how many held-out equations the run trained
-on (0 by construction; counted from the drawn batches, not assumed), and the
-wall time. Nothing here asserts a figure. About an hour per seed on 2 cores.
+problems: accuracy, exact format, truncation, mean length, the paired
+difference with its 95% paired-bootstrap interval, the problems that flipped
+either way, accuracy by equation form, the training reward's first and last
+five steps, how many held-out equations the run trained on (0 by
+construction; counted from the drawn batches, not assumed), and the wall
+time. Nothing here asserts a figure. About an hour per seed on 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import pathlib
+import re
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -52,10 +56,26 @@ def summarize(out: pathlib.Path, seeds: list[int]) -> None:
     print(f"seed {seed} ({wall / 60:.1f} min; {len(base_samples)} held-out problems,"
           f" {trained_on} of them met in training):")
     print(f"  {'':12} {evals[0].name:>10} {evals[-1].name:>10}")
-    for name in ("accuracy", "format_accuracy", "truncated"):
-      if name in base:
-        print(f"  {name:12} {base[name]:>10.1%} {grpo[name]:>10.1%}")
+    for name in ("accuracy", "format_accuracy", "truncation_rate"):
+      print(f"  {name:15} {base[name]:>10.1%} {grpo[name]:>10.1%}")
+    print(f"  {'mean tokens':15} {base['mean_length_tokens']:>10.1f} {grpo['mean_length_tokens']:>10.1f}")
     print("  " + scoring.paired_accuracy_line(base_samples, grpo_samples))
+    pairs = list(zip(base_samples, grpo_samples, strict=True))
+    print(f"  wrong -> right {sum(not a['correct'] and b['correct'] for a, b in pairs)},"
+          f" right -> wrong {sum(a['correct'] and not b['correct'] for a, b in pairs)}")
+    by_form = collections.defaultdict(lambda: [0, 0, 0])
+    for a, b in pairs:
+      counts = by_form[re.sub(r"\d+", "n", first_command.equation(a["question"]))]
+      counts[0] += 1
+      counts[1] += a["correct"]
+      counts[2] += b["correct"]
+    print("  by form (correct, base -> GRPO): " + "; ".join(
+        f"{form} {start} -> {end} of {n}" for form, (n, start, end)
+        in sorted(by_form.items(), key=lambda kv: -kv[1][0])))
+    rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+    rewards = [r["rewards/train/sum"] for r in rows if "rewards/train/sum" in r]
+    print(f"  training reward, mean of the first 5 -> last 5 steps:"
+          f" {sum(rewards[:5]) / 5:.2f} -> {sum(rewards[-5:]) / 5:.2f}")
 
 
 def main() -> None:
