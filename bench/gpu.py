@@ -206,12 +206,12 @@ def main(argv=None) -> int:
     data = synthetic_problems(work / "problems.jsonl", tokenizer_dir,
                               args.batch_size * (args.steps + common.WARMUP_STEPS),
                               args.prompt_tokens)
-    from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+    from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
     from gemma_grpo import train  # pylint: disable=g-import-not-at-top
 
     # Random weights take their tokenizer from the offline 270M directory;
     # point that at the synthetic one so nothing is converted or downloaded.
-    model_lib.offline_270m_dir = lambda unused_c: tokenizer_dir
+    model_loading.offline_270m_dir = lambda unused_c: tokenizer_dir
     run_dir = work / "run"
     code = train.main(train_flags(args, shapes, data, run_dir))
     memory = device_memory()

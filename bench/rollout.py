@@ -11,7 +11,7 @@ gemma_grpo.prompts.render_prompt, each repeated 2 times (8 sequences), exactly
 sides: `forbidden_tokens` in Tunix, min_new_tokens in HF), temperature 0.9,
 top_k 50, float32 on CPU, prompts left-padded to the longest of the batch.
 
-  ours  gemma_grpo.model.build + gemma_grpo.lora.apply (the policy the trainer
+  ours  gemma_grpo.model_loading.build + gemma_grpo.lora.apply (the policy the trainer
         samples from: LoRA r=32 on every projection, B = 0 at start) driven
         by the trainer's rollout engine, gemma_grpo.rollout.GroupedRollout
         (--engine tunix: Tunix's tunix.generate.sampler.Sampler with the KV
@@ -77,16 +77,16 @@ def build_policy(model_dir: pathlib.Path):
   from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
   from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
 
   c = gemma3_270m.get_config()
   with c.unlocked():
     c.model.source = str(model_dir)
     c.model.dtype = "float32"
     c.lora.rank, c.lora.alpha = common.LORA_RANK, common.LORA_ALPHA
-  mesh_lib.enable_compilation_cache(str(model_lib.cache_root(c.model) / "xla"))
+  mesh_lib.enable_compilation_cache(str(model_loading.cache_root(c.model) / "xla"))
   mesh = mesh_lib.make_mesh(c.mesh)
-  loaded = model_lib.build(c.model, mesh)
+  loaded = model_loading.build(c.model, mesh)
   return lora.apply(loaded.model, c.lora, mesh), loaded.tokenizer, mesh
 
 

@@ -27,7 +27,7 @@ import ml_collections
 from gemma_grpo import config as config_lib
 from gemma_grpo import data as data_lib
 from gemma_grpo import export as export_lib
-from gemma_grpo import generation
+from gemma_grpo import eval_generation
 from gemma_grpo import mesh as mesh_lib
 from gemma_grpo import metrics as metrics_lib
 from gemma_grpo import policy as policy_lib
@@ -104,12 +104,12 @@ def evaluate(policy: policy_lib.Policy, problems: Sequence[data_lib.Problem], *,
   c = policy.config
   tokenizer = policy.loaded.tokenizer
   max_new_tokens = max_new_tokens or c.eval.max_new_tokens
-  generator = generation.Generator(
+  generator = eval_generation.Generator(
       policy.actor, tokenizer, mesh_lib.make_mesh(c.mesh),
       max_prompt_length=c.rollout.max_prompt_length, max_new_tokens=max_new_tokens,
       stop_token_ids=tokenizer_lib.stop_token_ids(tokenizer), stop_text=c.rollout.stop_text,
       engine=c.rollout.engine, lora_scale=c.lora.alpha / c.lora.rank)
-  decoding = generation.Decoding(max_new_tokens=max_new_tokens)
+  decoding = eval_generation.Decoding(max_new_tokens=max_new_tokens)
 
   def generate(prompts):
     out = generator.generate(prompts, decoding, batch_size=c.eval.batch_size)

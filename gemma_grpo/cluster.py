@@ -146,7 +146,7 @@ def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
       eval_every_n_steps=10**9,
       checkpoint_root_directory=os.fspath(storage.path(workdir) / "checkpoints"),
       checkpointing_options=ocp.CheckpointManagerOptions(
-          # Checkpoints are written by hooks.RunHooks after a finiteness check.
+          # Checkpoints are written by step_hooks.RunHooks after a finiteness check.
           save_decision_policy=ocp.checkpoint_managers.SpecificStepsPolicy(steps=()),
           max_to_keep=c.ckpt.keep,
       ),

@@ -73,7 +73,7 @@ class Plan:
   problems: list[data_lib.Problem]  # the first --num-test of the data
   data: dict[str, Any]  # how they were chosen, for eval.json
   max_prompt_length: int  # tokens with <bos>; longer prompts are dropped
-  decoding: Any  # generation.Decoding
+  decoding: Any  # eval_generation.Decoding
   num_samples: int
   batch_size: int
   reward_config: Any  # the config's `rewards` section
@@ -198,8 +198,8 @@ def _target_and_config(args, overrides: list[str]):
 
 
 def _decoding(args, c):
-  """generation.Decoding and k from the flags, defaults from the config."""
-  from gemma_grpo import generation  # pylint: disable=g-import-not-at-top
+  """eval_generation.Decoding and k from the flags, defaults from the config."""
+  from gemma_grpo import eval_generation  # pylint: disable=g-import-not-at-top
 
   k = args.num_samples
   _check_positive("--num-samples", k)
@@ -221,7 +221,7 @@ def _decoding(args, c):
     c.eval.max_new_tokens = max_new_tokens
     c.eval.batch_size = args.batch_size or c.eval.batch_size
   try:
-    decoding = generation.Decoding(
+    decoding = eval_generation.Decoding(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         top_p=c.rollout.top_p if args.top_p is None else args.top_p,
@@ -373,13 +373,13 @@ def _load_policy(target: Target, c, mesh):
 def evaluate(target: Target, c, plan: Plan, mesh, *,
              contaminated: bool) -> tuple[dict, list[dict]]:
   """Generates and scores; returns the eval.json report and sample records."""
-  from gemma_grpo import generation  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import eval_generation  # pylint: disable=g-import-not-at-top
   from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   start = time.perf_counter()
   model, tokenizer = _load_policy(target, c, mesh)
   stop_ids = tokenizer_lib.stop_token_ids(tokenizer)
-  generator = generation.Generator(
+  generator = eval_generation.Generator(
       model, tokenizer, mesh, max_prompt_length=plan.max_prompt_length,
       max_new_tokens=plan.decoding.max_new_tokens, stop_token_ids=stop_ids,
       stop_text=c.rollout.stop_text, engine=c.rollout.engine,

@@ -174,12 +174,12 @@ def write_safetensors(tensors: dict[str, np.ndarray], out_dir: pathlib.Path,
 
 def _base_hf_config(policy) -> dict:
   """The HF text config the run's base model was built from."""
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
 
   model_dir = policy.loaded.model_dir
   if model_dir is None:
-    return model_lib.random_hf_config(policy.config.model.random)
-  return dict(model_lib.text_config(pathlib.Path(model_dir)))
+    return model_loading.random_hf_config(policy.config.model.random)
+  return dict(model_loading.text_config(pathlib.Path(model_dir)))
 
 
 def text_config(policy, tensors: dict[str, np.ndarray], dtype: str):

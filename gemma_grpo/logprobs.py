@@ -105,7 +105,7 @@ def per_token_logps(
 ) -> tuple[jax.Array, jax.Array]:
   """(log p(completion token), entropy) at every completion position, [B, C].
 
-  `model` is a `modeling.Gemma3` (with or without LoRA). Prompts are left
+  `model` is a `gemma3_rl.Gemma3` (with or without LoRA). Prompts are left
   padded, completions right padded with `pad_id`; values at padded
   completion positions are meaningless and must be masked by the caller.
 

@@ -52,7 +52,7 @@ def per_token_logps_and_entropy(model, prompt_ids, completion_ids, pad_id: int,
   materialised.
 
   Args:
-    model: the policy, a modeling.Gemma3 (with or without LoRA).
+    model: the policy, a gemma3_rl.Gemma3 (with or without LoRA).
     prompt_ids: [B, P] left-padded prompt tokens.
     completion_ids: [B, T] right-padded completion tokens.
     pad_id, eos_id: token ids (eos_id is unused: padding marks the end).

@@ -20,7 +20,7 @@ from gemma_grpo import checkpoints
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo import lora
-from gemma_grpo import model as model_lib
+from gemma_grpo import model_loading
 from gemma_grpo import storage
 
 
@@ -29,14 +29,14 @@ class Policy:
   """A trained LoRA policy restored from a work directory."""
 
   config: Any  # ml_collections.ConfigDict of the run
-  loaded: model_lib.Loaded  # base model, tokenizer, directories
+  loaded: model_loading.Loaded  # base model, tokenizer, directories
   actor: Any  # the base model with the restored LoRA adapters
   step: int
 
 
-def load_base(c: ml_collections.ConfigDict, mesh) -> model_lib.Loaded:
-  """`model_lib.build(c)`, then the adapter of `c.init_lora_from` merged in."""
-  loaded = model_lib.build(c, mesh)
+def load_base(c: ml_collections.ConfigDict, mesh) -> model_loading.Loaded:
+  """`model_loading.build(c)`, then the adapter of `c.init_lora_from` merged in."""
+  loaded = model_loading.build(c, mesh)
   if c.init_lora_from:
     step = merge_into_base(loaded.model, c.init_lora_from, mesh, source=c.source)
     logging.info("Merged the adapter of %s (step %d) into the base model", c.init_lora_from, step)

@@ -43,7 +43,7 @@ from tunix.rl.rollout import base_rollout
 
 from gemma_grpo import logprobs
 from gemma_grpo import lora
-from gemma_grpo import modeling
+from gemma_grpo import gemma3_rl
 from gemma_grpo import seam
 
 seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
@@ -281,10 +281,10 @@ class GroupedRollout(base_rollout.BaseRollout):
   def __init__(self, rollout_actor, tokenizer, mesh=None, rollout_config=None, *,
                lora_scale: float):
     del rollout_config  # each generate() call brings its own
-    if not isinstance(rollout_actor, modeling.Gemma3):
+    if not isinstance(rollout_actor, gemma3_rl.Gemma3):
       # Converting would make a second module that the trainer never updates.
       raise TypeError(
-          f"GroupedRollout needs a gemma_grpo.modeling.Gemma3, got {type(rollout_actor)}")
+          f"GroupedRollout needs a gemma_grpo.gemma3_rl.Gemma3, got {type(rollout_actor)}")
     self._model = rollout_actor
     if not isinstance(tokenizer, tokenizer_adapter.TokenizerAdapter):
       tokenizer = tokenizer_adapter.TokenizerAdapter(tokenizer)

@@ -23,7 +23,7 @@ Each touch, why, and what upstream change would remove it:
    sampling, the stop text, grouped rollouts and per-step diagnostics need
    the step between rollout and advantage. Removed by: public hooks around
    rollout and advantage computation in RLLearner.
-5. modeling.Gemma3 calls Gemma3._encode_and_get_inputs (the embedding of
+5. gemma3_rl.Gemma3 calls Gemma3._encode_and_get_inputs (the embedding of
    last-token decoding) and is swapped in by graphdef (nnx.merge of Tunix's
    state into our subclass). Removed by: Tunix exposing a forward over
    hidden states / a decode step with a cache of our shape.

@@ -100,7 +100,7 @@ def _progress_hooks(writer, max_steps: int, on_step):
   import math  # pylint: disable=g-import-not-at-top
   from tunix.sft import hooks as tunix_hooks  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import guards  # pylint: disable=g-import-not-at-top
 
   class Progress(tunix_hooks.TrainingHooks):
 
@@ -112,7 +112,7 @@ def _progress_hooks(writer, max_steps: int, on_step):
 
     def on_train_step_end(self, train_ctx, train_step, train_loss):
       if train_loss is not None and not math.isfinite(float(train_loss)):
-        raise hooks_lib.NonFiniteError(f"sft step {train_step}: loss is {float(train_loss)}")
+        raise guards.NonFiniteError(f"sft step {train_step}: loss is {float(train_loss)}")
       # Tunix reports a step's metrics while the next one runs.
       writer.finish_through(min(train_step, max_steps) - 1)
       on_step(min(train_step, max_steps))
@@ -138,7 +138,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
 
   from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
   from gemma_grpo import console  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import guards  # pylint: disable=g-import-not-at-top
   from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
@@ -205,10 +205,10 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
       logging.info("%s already holds step %d; nothing to do", work, trainer.train_steps)
       trainer.close()
       return 0
-    stop = hooks_lib.StopSignal().install()
+    stop = guards.StopSignal().install()
     try:
       trainer.train(stop.guard(iter(batches(tokens, masks, c.sft.batch_size, c.data.shuffle_seed))))
-    except hooks_lib.NonFiniteError as e:
+    except guards.NonFiniteError as e:
       trainer.checkpoint_manager.close()  # waits for a save still in flight
       kept = checkpoints.saved_steps(work)
       where = (f"the last good checkpoint, step {kept[-1]}, is kept" if kept

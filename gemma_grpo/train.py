@@ -74,10 +74,10 @@ def train(c: ml_collections.ConfigDict, workdir: str) -> int:
   """
   start = preflight(c, workdir)
 
-  from gemma_grpo import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import guards  # pylint: disable=g-import-not-at-top
 
   # From here on a signal means "stop at the next safe point", even while loading.
-  stop = hooks_lib.StopSignal().install()
+  stop = guards.StopSignal().install()
   try:
     return _train(c, start, stop)
   finally:
@@ -91,8 +91,9 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
   from gemma_grpo import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import console  # pylint: disable=g-import-not-at-top
   from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import guards  # pylint: disable=g-import-not-at-top
   from gemma_grpo import scoring  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import hooks as hooks_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import step_hooks  # pylint: disable=g-import-not-at-top
   from gemma_grpo import learner as learner_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
@@ -153,7 +154,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
   learner = learner_lib.Learner(
       rl_cluster=cluster,
       algo_config=learner_lib.algo_config(c.grpo),
-      reward_fns=hooks_lib.finite_rewards(
+      reward_fns=guards.finite_rewards(
           rewards.from_config(c.rewards),
           current_step=lambda: trainer.train_steps + 1,
       ),
@@ -206,7 +207,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
     writer.finish_through(0)
     phases.done("held-out eval of the starting policy")
 
-  run_hooks = hooks_lib.RunHooks(
+  run_hooks = step_hooks.RunHooks(
       writer=writer,
       max_steps=c.train.max_steps,
       checkpoint_every=c.ckpt.every_steps,
@@ -228,13 +229,13 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
     # On success Tunix closes the cluster: the last checkpoint is written and
     # Orbax's asynchronous save has finished when this returns.
     learner.train(stop.guard(iter(batches)))
-  except (hooks_lib.NonFiniteError, hooks_lib.RewardFunctionError) as e:
+  except (guards.NonFiniteError, guards.RewardFunctionError) as e:
     trainer.checkpoint_manager.close()  # waits for a save still in flight
     kept = checkpoints.saved_steps(work)
     where = (f"the last good checkpoint, step {kept[-1]}, is kept in"
              f" {checkpoints.actor_dir(work)}" if kept else "no checkpoint was saved")
     print(f"error: {e}; training stopped; {where}", file=sys.stderr, flush=True)
-    if isinstance(e, hooks_lib.NonFiniteError):
+    if isinstance(e, guards.NonFiniteError):
       return command.EXIT_NONFINITE
     _print_user_frames(e.__cause__)
     return command.EXIT_REWARD_FUNCTION

@@ -230,11 +230,11 @@ def test_a_damaged_run_json_is_reported(tiny_run, tmp_path):
 @pytest.fixture(scope="module")
 def tiny_model():
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
 
   c = tiny_config()
   mesh = mesh_lib.make_mesh(c.mesh)
-  return c, mesh, model_lib.build(c.model, mesh)
+  return c, mesh, model_loading.build(c.model, mesh)
 
 
 @pytest.mark.parametrize("lora_change, message", [

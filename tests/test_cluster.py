@@ -12,7 +12,7 @@ from gemma_grpo import learner as learner_lib
 from gemma_grpo import lora
 from gemma_grpo import mesh as mesh_lib
 from gemma_grpo import metrics as metrics_lib
-from gemma_grpo import model as model_lib
+from gemma_grpo import model_loading
 from gemma_grpo import optim
 from gemma_grpo import rewards
 from gemma_grpo import tokenizer as tokenizer_lib
@@ -31,7 +31,7 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
   c.train.max_steps = 1
   c.eval.every_steps = 0
   mesh = mesh_lib.make_mesh(c.mesh)
-  loaded = model_lib.build(c.model, mesh)
+  loaded = model_loading.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
   writer = metrics_lib.Writer(tmp_path / "tensorboard", flush_every_steps=1, max_steps=1,
                               is_chief=True, learning_rates=optim.learning_rates(c.optim, 1))

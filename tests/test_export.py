@@ -632,12 +632,12 @@ def test_a_rejected_hub_token_is_a_one_line_user_error(hub, tmp_path, monkeypatc
 @pytest.mark.slow
 def test_offline_270m_with_random_lora_exports_faithfully(tmp_path):
   """Non-zero random B on every adapter of the real 270M; fp32 and bf16 exports."""
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
 
   c = base.get_config()  # gguf:gemma-3-270m, float32
   c.lora.rank, c.lora.alpha = 8, 16.0
   mesh = device_mesh()  # sharded exports are the tiny model's tests; this one is about the numbers
-  loaded = model_lib.build(c.model, mesh)
+  loaded = model_loading.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
   randomize_lora_b(actor, "layers", seed=0, std=0.02)
   policy = policy_lib.Policy(c, loaded, actor, step=0)

@@ -64,13 +64,13 @@ def test_model_logps_match_tunix_full_logits():
   from tunix.rl import common  # pylint: disable=g-import-not-at-top
   from configs import base  # pylint: disable=g-import-not-at-top
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
 
   c = base.get_config()
   c.model.source = "random"
   c.mesh.fsdp = 8
   mesh = mesh_lib.make_mesh(c.mesh)
-  model = model_lib.build(c.model, mesh).model
+  model = model_loading.build(c.model, mesh).model
   prompts = jnp.array([[0, 0, 2, 10, 11, 12], [2, 20, 21, 22, 23, 24]] * 4)
   completions = jnp.array([[30, 31, 32, 0], [40, 41, 42, 43]] * 4)
   with jax.set_mesh(mesh):
@@ -90,13 +90,13 @@ def test_shared_prompt_pass_matches_the_full_pass(group):
   from configs import base  # pylint: disable=g-import-not-at-top
   from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
 
   c = base.get_config()
   c.model.source = "random"
   c.mesh.fsdp = 8
   mesh = mesh_lib.make_mesh(c.mesh)
-  loaded = model_lib.build(c.model, mesh)
+  loaded = model_loading.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
   state = nnx.state(actor, nnx.LoRAParam)  # non-zero adapters: gradients reach A too
   nnx.update(actor, jax.tree.map(lambda x: x + 0.05, state))

@@ -12,7 +12,7 @@ from configs import base
 from gemma_grpo import errors
 from gemma_grpo import lora
 from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import model as model_lib
+from gemma_grpo import model_loading
 
 
 def _tiny(fsdp=8, tp=1, **lora_overrides):
@@ -23,7 +23,7 @@ def _tiny(fsdp=8, tp=1, **lora_overrides):
   c.lora.rank, c.lora.alpha = 4, 8.0
   c.lora.update(lora_overrides)
   mesh = mesh_lib.make_mesh(c.mesh)
-  return c, mesh, model_lib.build(c.model, mesh)
+  return c, mesh, model_loading.build(c.model, mesh)
 
 
 def test_lora_targets_every_projection_with_rank_r():
@@ -87,7 +87,7 @@ def test_compiled_adapter_pass_makes_the_adapters_of_the_eager_one():
   compiled = nnx.state(actor, nnx.LoRAParam).flat_state()
   one_device = device_mesh()
   assert not lora._eager_pass_can_deadlock(one_device)  # pylint: disable=protected-access
-  eager = lora.apply(model_lib.build(c.model, one_device).model, c.lora, one_device)
+  eager = lora.apply(model_loading.build(c.model, one_device).model, c.lora, one_device)
   eager = dict(nnx.state(eager, nnx.LoRAParam).flat_state())
   assert [path for path, _ in compiled] == list(eager)
   for path, variable in compiled:

@@ -151,7 +151,7 @@ class Embedder(nnx.Module):
 class Bigram(nnx.Module):
   """A 'language model' whose next-token logits depend on the last token only.
 
-  It has modeling.Gemma3's interface: one-hot hidden states and a tied
+  It has gemma3_rl.Gemma3's interface: one-hot hidden states and a tied
   embedding, so hidden @ embedding.T = table[last token].
   """
 

@@ -9,7 +9,7 @@ from configs import base
 from gemma_grpo import errors
 from gemma_grpo import mesh as mesh_lib
 from gemma_grpo import metrics
-from gemma_grpo import model as model_lib
+from gemma_grpo import model_loading
 
 # 4 prompts x 2 completions: the batch splits evenly over every fsdp size.
 ARGS = ["--config", "configs/tiny.py", *LEARNING, "--config.train.batch_size=4"]
@@ -57,7 +57,7 @@ def test_weights_are_sharded_not_replicated(fsdp, tp):
   c.model.random.num_heads, c.model.random.head_dim = 4, 16
   c.mesh.fsdp, c.mesh.tp = fsdp, tp
   mesh = mesh_lib.make_mesh(c.mesh)
-  model = model_lib.build(c.model, mesh).model
+  model = model_loading.build(c.model, mesh).model
   state = nnx.state(model)
   sharded = [
       ".".join(map(str, path)) for path, v in nnx.to_flat_state(state)

@@ -160,11 +160,11 @@ BAD_INPUTS = [
 @pytest.fixture
 def no_model_loading(monkeypatch):
   """Fails a test that gets as far as loading a model: checks must come first."""
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
 
   def refuse(*args, **kwargs):
     raise AssertionError("input was not rejected before loading the model")
-  monkeypatch.setattr(model_lib, "build", refuse)
+  monkeypatch.setattr(model_loading, "build", refuse)
 
 
 @pytest.mark.parametrize("name, build, expected", BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
@@ -250,7 +250,7 @@ def hub_error(kind):
 def test_hub_failures_are_user_errors(monkeypatch, tmp_path, kind, token, expected):
   import huggingface_hub  # pylint: disable=g-import-not-at-top
   from configs import base  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
 
   from gemma_grpo import hub  # pylint: disable=g-import-not-at-top
 
@@ -267,7 +267,7 @@ def test_hub_failures_are_user_errors(monkeypatch, tmp_path, kind, token, expect
   c = base.get_config()
   c.model.source, c.model.cache_dir = "hf:google/gemma-3-1b-it", str(tmp_path)
   with pytest.raises(errors.UserError) as e:
-    model_lib.resolve_dir(c.model)
+    model_loading.resolve_dir(c.model)
   assert expected in str(e.value) and "\n" not in str(e.value)
   if token:
     assert token not in str(e.value)
@@ -280,12 +280,12 @@ def test_hub_failures_are_user_errors(monkeypatch, tmp_path, kind, token, expect
 def test_nothing_left_to_train_on_is_a_user_error(max_prompt_length, num_heldout, expected):
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model as model_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
   from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   c = config_lib.load("configs/tiny.py")
   c.data.num_heldout = num_heldout
-  tokenizer = tokenizer_lib.load(model_lib.offline_270m_dir(c.model))
+  tokenizer = tokenizer_lib.load(model_loading.offline_270m_dir(c.model))
   with pytest.raises(errors.UserError, match=expected):
     data_lib.build_splits(c.data, tokenizer, max_prompt_length)
 

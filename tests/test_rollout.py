@@ -13,7 +13,7 @@ from tunix.rl.rollout import base_rollout
 from conftest import device_mesh
 from configs import tiny
 from gemma_grpo import lora
-from gemma_grpo import model as model_lib
+from gemma_grpo import model_loading
 from gemma_grpo import prompts
 from gemma_grpo import rollout
 
@@ -28,7 +28,7 @@ def build(mesh, **random_overrides):
   c = tiny.get_config()
   for key, value in random_overrides.items():
     c.model.random[key] = value
-  loaded = model_lib.build(c.model, mesh)
+  loaded = model_loading.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
   # Qwix starts B at zero; random adapters make the merge matter.
   state = nnx.state(actor, nnx.LoRAParam)
@@ -164,5 +164,5 @@ def test_group_rows(texts, starts, size):
 def test_engine_refuses_a_model_it_cannot_prefill(tiny_setup):
   _, actor, tokenizer, _ = tiny_setup
   plain = nnx.eval_shape(lambda: gemma3.Gemma3(actor.config, rngs=nnx.Rngs(0)))
-  with pytest.raises(TypeError, match="modeling.Gemma3"):
+  with pytest.raises(TypeError, match="gemma3_rl.Gemma3"):
     rollout.GroupedRollout(plain, tokenizer, None, lora_scale=1.0)

@@ -9,7 +9,7 @@ from conftest import run_cli
 from gemma_grpo import checkpoints
 from gemma_grpo import data
 from gemma_grpo import errors
-from gemma_grpo import hooks
+from gemma_grpo import guards
 from gemma_grpo import metrics
 from gemma_grpo import policy as policy_lib
 from gemma_grpo import prompts
@@ -145,5 +145,5 @@ def test_progress_hooks_write_each_finished_step_and_stop_on_a_nan_loss():
   progress.on_train_step_end(None, 2, 2.0)
   assert writer.finished == [0, 1]
   assert reported == [1, 2]
-  with pytest.raises(hooks.NonFiniteError, match="sft step 3: loss is nan"):
+  with pytest.raises(guards.NonFiniteError, match="sft step 3: loss is nan"):
     progress.on_train_step_end(None, 3, float("nan"))

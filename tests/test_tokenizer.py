@@ -4,7 +4,7 @@ import pytest
 
 from configs import base
 from gemma_grpo import errors
-from gemma_grpo import model as model_lib
+from gemma_grpo import model_loading
 from gemma_grpo import tokenizer as tokenizer_lib
 
 TEXTS = [
@@ -16,7 +16,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def offline_270m_dir():
-  return model_lib.offline_270m_dir(base.get_config().model)
+  return model_loading.offline_270m_dir(base.get_config().model)
 
 
 @pytest.fixture(scope="module")

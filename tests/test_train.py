@@ -141,14 +141,14 @@ def test_nothing_compiles_after_the_first_step(tmp_path):
   proc = run_python(f"""
 import json, logging
 import jax
-from gemma_grpo import hooks, train
+from gemma_grpo import step_hooks, train
 jax.config.update("jax_log_compiles", True)
 state = {{"steps_done": 0, "late": []}}
-original = hooks.RunHooks.on_train_step_end
+original = step_hooks.RunHooks.on_train_step_end
 def on_train_step_end(self, *args, **kwargs):
   state["steps_done"] += 1
   return original(self, *args, **kwargs)
-hooks.RunHooks.on_train_step_end = on_train_step_end
+step_hooks.RunHooks.on_train_step_end = on_train_step_end
 class Late(logging.Handler):
   def emit(self, record):
     message = record.getMessage()

@@ -9,7 +9,7 @@ from tunix.sft import peft_trainer
 from configs import base
 from gemma_grpo import lora
 from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import model as model_lib
+from gemma_grpo import model_loading
 from gemma_grpo import sft
 from gemma_grpo import trainers
 
@@ -29,7 +29,7 @@ def one_step(trainer_class):
   c.lora.rank, c.lora.alpha = 4, 8.0
   mesh = mesh_lib.make_mesh(c.mesh)
   with jax.set_mesh(mesh):
-    actor = lora.apply(model_lib.build(c.model, mesh).model, c.lora, mesh)
+    actor = lora.apply(model_loading.build(c.model, mesh).model, c.lora, mesh)
     before = frozen(actor)
     values_before = [np.asarray(x) for x in before]
     adapters_before = adapters(actor)

@@ -3,7 +3,7 @@
 It decodes with the run's rollout engine (`rollout.engine`): by default
 gemma_grpo.rollout, the engine of training rollouts and of the in-training
 eval, so `gemma-grpo eval` of a checkpoint gives the completions the training
-run's own eval gave (tests/test_generation.py checks it token for token);
+run's own eval gave (tests/test_eval_generation.py checks it token for token);
 with rollout.engine=tunix, Tunix's Sampler. Every batch has the same shape (prompts left-padded to
 `max_prompt_length`, the last batch filled up with copies of its last prompt),
 so XLA compiles once and the same command gives the same tokens every time.

@@ -1,15 +1,14 @@
-"""Per-step checks, checkpoint decisions, reward checks and stop signals."""
+"""Per-step checks, checkpoint decisions and in-training eval timing of RunHooks."""
 
-import inspect
 import math
-import os
 import signal
 
 from flax import nnx
 import jax.numpy as jnp
 import pytest
 
-from gemma_grpo import hooks
+from gemma_grpo import guards
+from gemma_grpo import step_hooks
 
 
 class Adapter(nnx.Module):
@@ -45,9 +44,9 @@ class FakeWriter:
 
 def make_hooks(*, every=1, max_steps=5, stop=None):
   saved = []
-  run_hooks = hooks.RunHooks(
+  run_hooks = step_hooks.RunHooks(
       writer=FakeWriter(), max_steps=max_steps, checkpoint_every=every,
-      eval_every=0, evaluate=None, stop=stop or hooks.StopSignal(),
+      eval_every=0, evaluate=None, stop=stop or guards.StopSignal(),
       save=lambda trainer, step: saved.append(step),
   )
   return run_hooks, saved
@@ -73,7 +72,7 @@ def test_non_finite_parameters_stop_without_overwriting_the_checkpoint(bad):
   run_hooks.on_train_end(trainer)
   trainer.model.a.value = trainer.model.a.value.at[1, 2].set(bad)
   trainer.train_steps = 2
-  with pytest.raises(hooks.NonFiniteError, match=r"^step 2: LoRA parameters became NaN/Inf"):
+  with pytest.raises(guards.NonFiniteError, match=r"^step 2: LoRA parameters became NaN/Inf"):
     run_hooks.on_train_end(trainer)
   assert saved == [1]  # step 2 was never written
 
@@ -92,7 +91,7 @@ def test_gradient_accumulation_acts_once_per_step():
 
 
 def test_a_requested_stop_checkpoints_the_step_regardless_of_the_period():
-  stop = hooks.StopSignal()
+  stop = guards.StopSignal()
   run_hooks, saved = make_hooks(every=100, max_steps=10, stop=stop)
   trainer = FakeTrainer()
   run_hooks.on_train_start(trainer)
@@ -110,71 +109,5 @@ def test_non_finite_loss_names_its_step(loss, ok):
   if ok:
     run_hooks.on_train_step_end(FakeTrainer(), 4, loss)
   else:
-    with pytest.raises(hooks.NonFiniteError, match=r"^step 4: loss is (nan|inf)"):
+    with pytest.raises(guards.NonFiniteError, match=r"^step 4: loss is (nan|inf)"):
       run_hooks.on_train_step_end(FakeTrainer(), 4, loss)
-
-
-def reward_a(prompts, completions, answer, **kwargs):
-  del prompts, answer, kwargs
-  return [float(len(c)) for c in completions]
-
-
-def reward_b(prompts, completions, answer, **kwargs):
-  del prompts, answer, kwargs
-  return [math.nan if c == "bad" else 1.0 for c in completions]
-
-
-def test_finite_rewards_pass_values_through_and_keep_name_and_signature():
-  (checked,) = hooks.finite_rewards([reward_a], current_step=lambda: 1)
-  assert checked.__name__ == "reward_a"
-  assert inspect.signature(checked) == inspect.signature(reward_a)  # Tunix reads it
-  assert checked(prompts=["p", "p"], completions=["ab", "c"], answer=["1", "1"]) == [2.0, 1.0]
-
-
-@pytest.mark.parametrize("completions, index, shown", [
-    (["ok", "bad"], 1, "nan"),
-    (["bad", "bad", "ok"], 0, "nan"),
-])
-def test_non_finite_reward_names_step_function_and_completion(completions, index, shown):
-  (checked,) = hooks.finite_rewards([reward_b], current_step=lambda: 7)
-  with pytest.raises(hooks.NonFiniteError) as e:
-    checked(prompts=["p"] * len(completions), completions=completions, answer=["1"] * len(completions))
-  assert str(e.value).startswith(
-      f"step 7: reward function reward_b returned {shown} for completion {index}")
-
-
-def test_infinite_reward_is_caught():
-  def explode(prompts, completions, **kwargs):
-    del prompts, kwargs
-    return [math.inf] * len(completions)
-  (checked,) = hooks.finite_rewards([explode], current_step=lambda: 3)
-  with pytest.raises(hooks.NonFiniteError, match="step 3: reward function explode returned inf"):
-    checked(prompts=["p"], completions=["c"])
-
-
-def test_stop_signal_marks_a_stop_and_the_guard_ends_the_batches():
-  previous = signal.getsignal(signal.SIGTERM)
-  stop = hooks.StopSignal().install()
-  try:
-    batches = stop.guard(iter(range(10)))
-    assert [next(batches), next(batches)] == [0, 1]
-    os.kill(os.getpid(), signal.SIGTERM)
-    assert stop.requested and stop.signum == signal.SIGTERM
-    assert list(batches) == []
-  finally:
-    stop.uninstall()
-  assert signal.getsignal(signal.SIGTERM) == previous
-
-
-def test_a_second_ctrl_c_interrupts_at_once():
-  # A shell's background job starts with SIGINT ignored: restore what was there.
-  previous = signal.getsignal(signal.SIGINT)
-  stop = hooks.StopSignal().install()
-  try:
-    os.kill(os.getpid(), signal.SIGINT)
-    assert stop.signum == signal.SIGINT
-    with pytest.raises(KeyboardInterrupt):
-      os.kill(os.getpid(), signal.SIGINT)
-  finally:
-    stop.uninstall()
-  assert signal.getsignal(signal.SIGINT) is previous

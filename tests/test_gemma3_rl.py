@@ -11,8 +11,8 @@ import pytest
 from configs import base
 from gemma_grpo import lora
 from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import model as model_lib
-from gemma_grpo import modeling
+from gemma_grpo import model_loading
+from gemma_grpo import gemma3_rl
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def tiny():
   c.model.source = "random"
   c.mesh.fsdp = 8
   mesh = mesh_lib.make_mesh(c.mesh)
-  loaded = model_lib.build(c.model, mesh)
+  loaded = model_loading.build(c.model, mesh)
   return c, mesh, loaded
 
 
@@ -53,8 +53,8 @@ def _decode(model, hidden):
 
 def test_loaded_models_are_converted_without_copying(tiny):
   _, _, loaded = tiny
-  assert isinstance(loaded.model, modeling.Gemma3)
-  again = modeling.convert(loaded.model)
+  assert isinstance(loaded.model, gemma3_rl.Gemma3)
+  again = gemma3_rl.convert(loaded.model)
   assert again is loaded.model
 
 

@@ -26,7 +26,7 @@ import ml_collections
 from gemma_grpo import errors
 from gemma_grpo import hub
 from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import modeling
+from gemma_grpo import gemma3_rl
 from gemma_grpo import tokenizer as tokenizer_lib
 
 OFFLINE_270M = "gguf:gemma-3-270m"
@@ -251,6 +251,6 @@ def build(c: ml_collections.ConfigDict, mesh) -> Loaded:
     )
     tokenizer_dir = model_dir
   tokenizer = tokenizer_lib.load(tokenizer_dir)
-  model = modeling.convert(model)
+  model = gemma3_rl.convert(model)
   return Loaded(model, tokenizer, model_dir, tokenizer_dir)
 

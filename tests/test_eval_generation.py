@@ -4,8 +4,8 @@ import pytest
 
 from conftest import device_mesh
 from configs import tiny
-from gemma_grpo import generation
-from gemma_grpo import model as model_lib
+from gemma_grpo import eval_generation
+from gemma_grpo import model_loading
 from gemma_grpo import prompts
 from gemma_grpo import tokenizer as tokenizer_lib
 
@@ -19,12 +19,12 @@ PROMPTS = [prompts.render_prompt(q) for q in (
 def loaded():
   # One device: the simulated 8-device CPU would split this tiny model.
   mesh = device_mesh()
-  return model_lib.build(tiny.get_config().model, mesh), mesh
+  return model_loading.build(tiny.get_config().model, mesh), mesh
 
 
 def make_generator(loaded, stop_ids=None):
   (model, mesh) = loaded
-  return generation.Generator(
+  return eval_generation.Generator(
       model.model, model.tokenizer, mesh, max_prompt_length=MAX_PROMPT,
       max_new_tokens=MAX_NEW,
       stop_token_ids=stop_ids or tokenizer_lib.stop_token_ids(model.tokenizer))
@@ -36,7 +36,7 @@ def generator(loaded):
 
 
 def test_greedy_is_deterministic_and_batched(generator):
-  greedy = generation.Decoding(max_new_tokens=MAX_NEW)
+  greedy = eval_generation.Decoding(max_new_tokens=MAX_NEW)
   first = generator.generate(PROMPTS, greedy, batch_size=2)  # 2 + 1 (filled up)
   again = generator.generate(PROMPTS, greedy, batch_size=2)
   assert first == again
@@ -48,7 +48,7 @@ def test_greedy_is_deterministic_and_batched(generator):
 
 def test_sampling_is_reproducible_per_seed(generator):
   def sample(seed):
-    decoding = generation.Decoding(max_new_tokens=MAX_NEW, temperature=1.0, seed=seed)
+    decoding = eval_generation.Decoding(max_new_tokens=MAX_NEW, temperature=1.0, seed=seed)
     return generator.generate(PROMPTS[:1] * 2, decoding, batch_size=2).token_ids
 
   assert sample(0) == sample(0)
@@ -60,7 +60,7 @@ def test_sampling_is_reproducible_per_seed(generator):
 
 
 def test_a_stop_token_ends_the_completion_untruncated(loaded, generator):
-  greedy = generation.Decoding(max_new_tokens=MAX_NEW)
+  greedy = eval_generation.Decoding(max_new_tokens=MAX_NEW)
   # Batch size 2 as above: compiled once per generator.
   free = generator.generate(PROMPTS[:2], greedy, batch_size=2)
   ids = free.token_ids[0]
@@ -85,4 +85,4 @@ def test_prompt_length_counts_bos(loaded, generator):
 ])
 def test_decoding_rejects_bad_values(kwargs):
   with pytest.raises(ValueError):
-    generation.Decoding(**kwargs)
+    eval_generation.Decoding(**kwargs)

@@ -12,7 +12,7 @@ import pytest
 
 from configs import base
 from gemma_grpo import errors
-from gemma_grpo import model as model_lib
+from gemma_grpo import model_loading
 
 # google/gemma-3-270m and google/gemma-3-1b-it config.json, the fields that matter.
 HF_270M = dict(
@@ -37,7 +37,7 @@ PARAGRAPH = (
 def test_tunix_config_matches_tunix_presets(hf, factory):
   from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
 
-  ours = model_lib.tunix_config(hf, "float32")
+  ours = model_loading.tunix_config(hf, "float32")
   theirs = getattr(gemma3.ModelConfig, factory)()
   for field in ("num_layers", "num_embed", "embed_dim", "hidden_dim", "num_heads",
                 "head_dim", "num_kv_heads", "sliding_window_size",
@@ -48,13 +48,13 @@ def test_tunix_config_matches_tunix_presets(hf, factory):
 
 def test_tunix_config_reads_the_multimodal_text_config(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps({"text_config": HF_1B, "vision_config": {}}))
-  assert model_lib.text_config(tmp_path)["hidden_size"] == 1152
+  assert model_loading.text_config(tmp_path)["hidden_size"] == 1152
 
 
 def test_non_gemma3_layer_pattern_is_rejected():
   hf = dict(HF_270M, layer_types=["full_attention"] * 18)
   with pytest.raises(errors.UserError, match="layer_types"):
-    model_lib.tunix_config(hf, "float32")
+    model_loading.tunix_config(hf, "float32")
 
 
 def _model_config(source, cache_dir):
@@ -69,13 +69,13 @@ def _model_config(source, cache_dir):
 ])
 def test_unknown_sources_are_user_errors(tmp_path, source, needle):
   with pytest.raises(errors.UserError, match=needle):
-    model_lib.resolve_dir(_model_config(source, tmp_path))
+    model_loading.resolve_dir(_model_config(source, tmp_path))
 
 
 def test_directory_without_weights_is_rejected(tmp_path):
   (tmp_path / "config.json").write_text("{}")
   with pytest.raises(errors.UserError, match="needs config.json and"):
-    model_lib.resolve_dir(_model_config(str(tmp_path), tmp_path))
+    model_loading.resolve_dir(_model_config(str(tmp_path), tmp_path))
 
 
 @pytest.mark.parametrize("exception, needle", [
@@ -98,13 +98,13 @@ def test_hub_failures_are_explained(monkeypatch, tmp_path, exception, needle):
 
   monkeypatch.setattr(huggingface_hub, "snapshot_download", fail)
   with pytest.raises(errors.UserError, match=needle):
-    model_lib.resolve_dir(_model_config("hf:google/gemma-3-1b-it", tmp_path))
+    model_loading.resolve_dir(_model_config("hf:google/gemma-3-1b-it", tmp_path))
 
 
 @pytest.fixture(scope="module")
 def offline_270m_dir():
-  c = _model_config(model_lib.OFFLINE_270M, "~/.cache/gemma_grpo")
-  return model_lib.offline_270m_dir(c)
+  c = _model_config(model_loading.OFFLINE_270M, "~/.cache/gemma_grpo")
+  return model_loading.offline_270m_dir(c)
 
 
 def test_offline_directory_is_a_complete_hf_checkpoint(offline_270m_dir):
@@ -122,8 +122,8 @@ def offline_270m(offline_270m_dir):
 
   mesh_config = ml_collections.ConfigDict(dict(fsdp=-1, tp=1))
   mesh = mesh_lib.make_mesh(mesh_config)
-  c = _model_config(model_lib.OFFLINE_270M, "~/.cache/gemma_grpo")
-  return model_lib.build(c, mesh), mesh
+  c = _model_config(model_loading.OFFLINE_270M, "~/.cache/gemma_grpo")
+  return model_loading.build(c, mesh), mesh
 
 
 @nnx.jit
@@ -175,7 +175,7 @@ def test_gemma3_1b_builds_up_to_the_weights():
 
   c = config_lib.load("configs/gemma3_1b.py")
   config_lib.validate(c, num_devices=8)
-  tunix_config = model_lib.tunix_config(HF_1B, c.model.dtype)
+  tunix_config = model_loading.tunix_config(HF_1B, c.model.dtype)
   abstract = nnx.eval_shape(lambda: gemma3.Gemma3(tunix_config, rngs=nnx.Rngs(0)))
   sizes = sum(x.size for x in jax.tree.leaves(nnx.state(abstract)))
   assert 0.99e9 < sizes < 1.01e9  # Gemma-3-1B
@@ -288,7 +288,7 @@ def test_each_layout_loads_to_transformers_logits(hf_layouts, layout):
   mesh = mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))
   c = _model_config(str(hf_layouts / layout), hf_layouts)
   c.dtype = "float32"  # bf16 files are upcast, as transformers' float32 load does
-  loaded = model_lib.build(c, mesh)
+  loaded = model_loading.build(c, mesh)
   ids = [int(i) for i in np.random.RandomState(0).randint(0, 500, size=20)]
   ours = _logits(loaded.model, mesh, ids)
   theirs = _transformers_logits(layout, hf_layouts / layout, ids)
@@ -309,7 +309,7 @@ def test_multimodal_checkpoint_exports_its_text_model_unchanged(hf_layouts):
   mesh = mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))
   c = _model_config(str(layout), hf_layouts)
   c.dtype = "float32"
-  exported = export.to_hf(lora.merged_params(model_lib.build(c, mesh).model, 1.0))
+  exported = export.to_hf(lora.merged_params(model_loading.build(c, mesh).model, 1.0))
   original = {}
   for path in layout.glob("*.safetensors"):
     original.update(safetensors.numpy.load_file(path))
