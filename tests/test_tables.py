@@ -1,9 +1,12 @@
 """bench/tables.py: README's and RESULTS' learning tables match the committed evidence."""
 
+import gzip
 import json
 import pathlib
 import shutil
 import sys
+
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -30,3 +33,40 @@ def test_a_changed_eval_file_makes_its_table_stale(tmp_path):
   assert tables.stale(tmp_path) == ["README.md: table first_command"]
   text = tables.render((tmp_path / "README.md").read_text(), tmp_path)
   assert f"| 1 | 40.6% -> {report['metrics']['accuracy']:.1%} |" in text
+
+
+def _fake_gsm8k_evidence(results, correct_by_model):
+  """bench/gsm8k.sh's layout with 256 problems per model; `correct_by_model` lists solved 0-based problems."""
+  for directory, solved in correct_by_model.items():
+    (results / directory).mkdir(parents=True)
+    (results / directory / "eval.json").write_text(json.dumps({"metrics": {"num_dropped": 0}}))
+    samples = [{"problem": i, "correct": i in solved, "partial": i in solved, "exact_format": i % 2 == 0,
+                "truncated": i % 4 == 1, "length_tokens": 100} for i in range(256)]
+    with gzip.open(results / directory / "samples.jsonl.gz", "wt") as f:
+      f.write("".join(json.dumps(s) + "\n" for s in samples))
+
+
+def test_gsm8k_tables_count_each_slice_and_pair_from_the_samples(tmp_path):
+  _fake_gsm8k_evidence(tmp_path, {"eval_base": set(), "eval_sft": {3, 200}, "eval_sft_grpo": {3, 130, 131}})
+  models = tables.gsm8k_models(tmp_path)
+  assert "| SFT | 1-128 | 0.8% (1/128) | 0.8% | 50.0% | 25.0% | 100.0 |" in models
+  assert "| SFT + GRPO | 129-256 | 1.6% (2/128) |" in models
+  assert "| SFT + GRPO | 1-256 | 1.2% (3/256) |" in models
+  comparisons = tables.gsm8k_comparisons(tmp_path)
+  assert "| SFT + GRPO vs SFT | accuracy | 1-256 | 2 -> 3 | 2 / 1 | +0.4 points [" in comparisons
+  assert "| SFT vs base | exact format | 1-128 | 64 -> 64 | 0 / 0 | +0.0 points [+0.0, +0.0] |" in comparisons
+  (tmp_path / "sft_grpo_run").mkdir()
+  (tmp_path / "sft_grpo_run/metrics.jsonl").write_text("\n".join(json.dumps(m) for m in (
+      {"step": 0, "eval/accuracy": 0.0},
+      {"step": 1, "diagnostics/train/reward_std/answer_correct": 0.0, "diagnostics/train/zero_std_frac": 0.5},
+      {"step": 2, "diagnostics/train/reward_std/answer_correct": 2.0, "diagnostics/train/zero_std_frac": 0.0})))
+  solved = tables.gsm8k_solved(tmp_path)
+  assert "| SFT + GRPO | 4, 131, 132 |" in solved and "| base | none |" in solved
+  assert "| 2 | 1 | 25% |" in solved
+
+
+def test_gsm8k_tables_refuse_an_eval_that_dropped_problems(tmp_path):
+  _fake_gsm8k_evidence(tmp_path, {"eval_base": set(), "eval_sft": set(), "eval_sft_grpo": set()})
+  (tmp_path / "eval_sft/eval.json").write_text(json.dumps({"metrics": {"num_dropped": 1}}))
+  with pytest.raises(ValueError, match="none dropped"):
+    tables.gsm8k_models(tmp_path)
