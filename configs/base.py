@@ -118,6 +118,10 @@ def get_config() -> ml_collections.ConfigDict:
   # "grouped": ours (gemma_grpo/rollout.py): one prefill per prompt group,
   # decoding on merged weights; "tunix": Tunix's vanilla sampler.
   c.rollout.engine = "grouped"
+  # Precision of the grouped engine's decode weights and LM head: "bfloat16"
+  # reads half the bytes per token; samples then come from the policy rounded
+  # to bfloat16 (BENCHMARKS.md, "Decode in bfloat16", measures both).
+  c.rollout.decode_dtype = "float32"
 
   c.optim = ml_collections.ConfigDict()
   c.optim.peak_lr = 3e-6

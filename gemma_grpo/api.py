@@ -108,7 +108,8 @@ def evaluate(policy: policy_lib.Policy, problems: Sequence[data_lib.Problem], *,
       policy.actor, tokenizer, mesh_lib.make_mesh(c.mesh),
       max_prompt_length=c.rollout.max_prompt_length, max_new_tokens=max_new_tokens,
       stop_token_ids=tokenizer_lib.stop_token_ids(tokenizer), stop_text=c.rollout.stop_text,
-      engine=c.rollout.engine, lora_scale=c.lora.alpha / c.lora.rank)
+      engine=c.rollout.engine, lora_scale=c.lora.alpha / c.lora.rank,
+      decode_dtype=c.rollout.decode_dtype)
   decoding = eval_generation.Decoding(max_new_tokens=max_new_tokens)
 
   def generate(prompts):

@@ -122,7 +122,8 @@ def rollout_engine(c: ml_collections.ConfigDict):
   """What RLCluster builds its rollout with: Tunix's name or our engine class."""
   if c.rollout.engine == "tunix":
     return "vanilla"
-  return functools.partial(rollout.GroupedRollout, lora_scale=c.lora.alpha / c.lora.rank)
+  return functools.partial(rollout.GroupedRollout, lora_scale=c.lora.alpha / c.lora.rank,
+                           decode_dtype=c.rollout.decode_dtype)
 
 
 def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,

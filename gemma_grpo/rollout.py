@@ -17,6 +17,15 @@ engine) instead
   Gemma-3-270M in float32) lives for one `generate` call;
 - keeps the cache as [B, K, S, H] so the attention dots read it in place.
 
+`decode_dtype="bfloat16"` (rollout.decode_dtype) holds that copy and a copy
+of the LM head (the tied embedding, 671 MB of the 270M's float32 bytes) in
+bfloat16 for the decode loop: each dot reads half the bytes and, on CPUs with
+AVX512_BF16, runs as a bfloat16 dot accumulated in float32. Prefill, the
+trainer and the reference pass stay in the model's own dtype, so the samples
+come from a policy that differs from the trained one by bfloat16 rounding;
+`return_logprobs` gives the decode loop's own log-probabilities of the drawn
+tokens, to measure that difference (bench/decode_precision.py).
+
 Sampling follows Tunix's sampler: temperature, then top-k, then top-p over the
 sorted top-k; greedy when temperature is 0 or top_p is None. Completions stop
 at the first stop token (excluded from the returned tokens) or at
@@ -80,6 +89,14 @@ class LayerShape:
   window: int | None  # sliding-window width in cache slots; None = global
 
 
+DECODE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def _matmul(x, w):
+  """x @ w with x rounded to w's dtype, accumulated in float32, returned in x's dtype."""
+  return jnp.matmul(x.astype(w.dtype), w, preferred_element_type=jnp.float32).astype(x.dtype)
+
+
 def _merged(module, name: str, scale: float) -> jax.Array:
   """`module.<name>` plus scale·A·B of its adapter, if it has one."""
   weight = getattr(module, name).value
@@ -102,8 +119,12 @@ def layer_shape(layer) -> LayerShape:
   )
 
 
-def decode_weights(model, lora_scale: float) -> list[LayerWeights]:
-  """Every layer's weights with the adapters merged, in decode layouts."""
+def decode_weights(model, lora_scale: float, dtype=jnp.float32) -> list[LayerWeights]:
+  """Every layer's weights with the adapters merged, in decode layouts.
+
+  The projections are merged in the model's dtype, then rounded to `dtype`;
+  norm scales keep the model's dtype.
+  """
   layers = []
   for layer in model.layers:
     attn, mlp = layer.attn, layer.mlp
@@ -115,16 +136,17 @@ def decode_weights(model, lora_scale: float) -> list[LayerWeights]:
     n, d, h = q_NxDxH.shape
     layers.append(LayerWeights(
         attn_norm_D=layer.pre_attention_norm.scale.value,
-        query_DxNH=q_NxDxH.transpose(1, 0, 2).reshape(d, n * h),
-        key_value_Dx2KH=kv_2xKxDxH.transpose(2, 0, 1, 3).reshape(d, -1),
+        query_DxNH=q_NxDxH.transpose(1, 0, 2).reshape(d, n * h).astype(dtype),
+        key_value_Dx2KH=kv_2xKxDxH.transpose(2, 0, 1, 3).reshape(d, -1).astype(dtype),
         query_norm_H=attn._query_norm.scale.value,  # pylint: disable=protected-access
         key_norm_H=attn._key_norm.scale.value,  # pylint: disable=protected-access
-        out_NHxD=out_NxHxD.reshape(n * h, d),
+        out_NHxD=out_NxHxD.reshape(n * h, d).astype(dtype),
         post_attn_norm_D=layer.post_attention_norm.scale.value,
         ffw_norm_D=layer.pre_ffw_norm.scale.value,
         gate_up_Dx2F=jnp.concatenate([_merged(mlp.gate_proj, "kernel", lora_scale),
-                                      _merged(mlp.up_proj, "kernel", lora_scale)], axis=1),
-        down_FxD=_merged(mlp.down_proj, "kernel", lora_scale),
+                                      _merged(mlp.up_proj, "kernel", lora_scale)],
+                                     axis=1).astype(dtype),
+        down_FxD=_merged(mlp.down_proj, "kernel", lora_scale).astype(dtype),
         post_ffw_norm_D=layer.post_ffw_norm.scale.value,
     ))
   return layers
@@ -147,8 +169,8 @@ def _decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, positio
   batch = x_BxD.shape[0]
   n, k, h = shape.num_heads, shape.num_kv_heads, shape.head_dim
   normed_BxD = _rms_norm(x_BxD, w.attn_norm_D)
-  query_BxNxH = (normed_BxD @ w.query_DxNH).reshape(batch, n, h)
-  kv_Bx2xKxH = (normed_BxD @ w.key_value_Dx2KH).reshape(batch, 2, k, h)
+  query_BxNxH = _matmul(normed_BxD, w.query_DxNH).reshape(batch, n, h)
+  kv_Bx2xKxH = _matmul(normed_BxD, w.key_value_Dx2KH).reshape(batch, 2, k, h)
   query_BxNxH = _rms_norm(query_BxNxH, w.query_norm_H)
   new_key_BxKxH = _rms_norm(kv_Bx2xKxH[:, 0], w.key_norm_H)
   rope = functools.partial(gemma3.apply_rope, head_dim=h, base_frequency=shape.rope_base,
@@ -170,11 +192,11 @@ def _decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, positio
   logits_BxKxGxS = jnp.where(visible_BxS[:, None, None, :], logits_BxKxGxS, gemma3.K_MASK)
   probs_BxKxGxS = jax.nn.softmax(logits_BxKxGxS, axis=-1).astype(value_BxKxSxH.dtype)
   attended_BxNH = jnp.einsum("bkgs,bksh->bkgh", probs_BxKxGxS, value_BxKxSxH).reshape(batch, n * h)
-  x_BxD = x_BxD + _rms_norm(attended_BxNH @ w.out_NHxD, w.post_attn_norm_D)
+  x_BxD = x_BxD + _rms_norm(_matmul(attended_BxNH, w.out_NHxD), w.post_attn_norm_D)
 
-  gate_up_Bx2F = _rms_norm(x_BxD, w.ffw_norm_D) @ w.gate_up_Dx2F
+  gate_up_Bx2F = _matmul(_rms_norm(x_BxD, w.ffw_norm_D), w.gate_up_Dx2F)
   gate_BxF, up_BxF = jnp.split(gate_up_Bx2F, 2, axis=-1)
-  x_BxD = x_BxD + _rms_norm((nnx.gelu(gate_BxF) * up_BxF) @ w.down_FxD, w.post_ffw_norm_D)
+  x_BxD = x_BxD + _rms_norm(_matmul(nnx.gelu(gate_BxF) * up_BxF, w.down_FxD), w.post_ffw_norm_D)
   return x_BxD, keys_LxBxKxSxH, values_LxBxKxSxH
 
 
@@ -204,10 +226,10 @@ def sample_tokens(logits_BxV, key, sampling: Sampling):
 
 
 @functools.partial(jax.jit, static_argnames=("lora_scale", "rows_per_prompt",
-                                             "new_tokens", "pad_id", "sampling"))
+                                             "new_tokens", "pad_id", "sampling", "decode_dtype"))
 def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_prompt,
-             new_tokens, pad_id, sampling):
-  """Distinct prompts through the policy once; first tokens; decode inputs."""
+             new_tokens, pad_id, sampling, decode_dtype):
+  """Distinct prompts through the policy once; first tokens and their log-probs; decode inputs."""
   model = nnx.merge(graphdef, state)
   num_prompts, width = prompt_ids_UxP.shape
   cfg = model.config
@@ -221,47 +243,67 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
                               for i in range(cfg.num_layers)])
   values_LxBxKxSxH = jnp.stack([repeat(cache[f"layer_{i}"]["v"]).transpose(0, 2, 1, 3)
                                 for i in range(cfg.num_layers)])
-  first_B = sample_tokens(repeat(logits_Ux1xV[:, 0]), jax.random.fold_in(rng, 0), sampling)
+  logits_BxV = repeat(logits_Ux1xV[:, 0])
+  first_B = sample_tokens(logits_BxV, jax.random.fold_in(rng, 0), sampling)
   valid_BxP = repeat(prompt_ids_UxP != pad_id)
-  return (decode_weights(model, lora_scale), first_B, keys_LxBxKxSxH, values_LxBxKxSxH,
+  dtype = DECODE_DTYPES[decode_dtype]
+  # The float32 head is the model's own array: pass it through, do not copy it.
+  head_VxD = None if dtype == jnp.float32 else model.embedder.input_embedding.value.astype(dtype)
+  return (decode_weights(model, lora_scale, dtype), head_VxD, first_B,
+          _token_logps(logits_BxV, first_B, sampling), keys_LxBxKxSxH, values_LxBxKxSxH,
           repeat(positions_UxP[:, -1]) + 1, valid_BxP)
 
 
-@functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling"))
-def _decode(weights, embed_VxD, final_norm_D, first_B, keys_LxBxKxSxH, values_LxBxKxSxH,
-            next_position_B, valid_BxP, stop_ids, rng, *, shapes, new_tokens, sampling):
-  """Tokens 2..new_tokens of every row; stops early once every row has stopped.
+def _token_logps(logits_BxV, token_B, sampling: Sampling):
+  """log p(token) under softmax(logits / temperature): the trainer's log-prob (no top-k/top-p)."""
+  logps_BxV = jax.nn.log_softmax(logits_BxV.astype(jnp.float32) / sampling.temperature, axis=-1)
+  return jnp.take_along_axis(logps_BxV, token_B[:, None], axis=-1)[:, 0]
+
+
+@functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps"))
+def _decode(weights, embed_VxD, head_VxD, final_norm_D, first_B, first_logp_B, keys_LxBxKxSxH,
+            values_LxBxKxSxH, next_position_B, valid_BxP, stop_ids, rng, *, shapes, new_tokens,
+            sampling, with_logps):
+  """Tokens 2..new_tokens of every row, and with_logps their log-probs; stops
+  early once every row has stopped.
 
   Token t (0-based) of a row sits at cache slot P + t and RoPE position
-  next_position_B + t; it is drawn with fold_in(rng, t).
+  next_position_B + t; it is drawn with fold_in(rng, t). `embed_VxD` embeds
+  the input tokens; `head_VxD` (the embedding, maybe rounded) gives the logits.
   """
   batch, width = valid_BxP.shape
   valid_BxS = jnp.pad(valid_BxP, ((0, 0), (0, new_tokens)), constant_values=True)
   tokens_BxT = jnp.zeros((batch, new_tokens), jnp.int32).at[:, 0].set(first_B)
+  logps_BxT = jnp.zeros((batch, new_tokens if with_logps else 1), jnp.float32)
+  logps_BxT = logps_BxT.at[:, 0].set(first_logp_B)
   done_B = jnp.isin(first_B, stop_ids)
 
   def step(carry):
-    t, tokens_BxT, done_B, keys_LxBxKxSxH, values_LxBxKxSxH = carry
+    t, tokens_BxT, logps_BxT, done_B, keys_LxBxKxSxH, values_LxBxKxSxH = carry
     x_BxD = embed_VxD[tokens_BxT[:, t - 1]] * jnp.sqrt(embed_VxD.shape[-1]).astype(embed_VxD.dtype)
     position_B = next_position_B + t - 1
     for layer, (w, shape) in enumerate(zip(weights, shapes)):
       x_BxD, keys_LxBxKxSxH, values_LxBxKxSxH = _decode_layer(
           w, shape, layer, x_BxD, position_B, width + t - 1, keys_LxBxKxSxH, values_LxBxKxSxH,
           valid_BxS)
-    logits_BxV = _rms_norm(x_BxD, final_norm_D) @ embed_VxD.T
+    normed_BxD = _rms_norm(x_BxD, final_norm_D)
+    logits_BxV = jnp.einsum("bd,vd->bv", normed_BxD.astype(head_VxD.dtype), head_VxD,
+                            preferred_element_type=jnp.float32).astype(normed_BxD.dtype)
     token_B = sample_tokens(logits_BxV, jax.random.fold_in(rng, t), sampling)
     token_B = jnp.where(done_B, stop_ids[0], token_B)
+    if with_logps:
+      logps_BxT = logps_BxT.at[:, t].set(_token_logps(logits_BxV, token_B, sampling))
     done_B = done_B | jnp.isin(token_B, stop_ids)
-    return (t + 1, tokens_BxT.at[:, t].set(token_B), done_B, keys_LxBxKxSxH,
+    return (t + 1, tokens_BxT.at[:, t].set(token_B), logps_BxT, done_B, keys_LxBxKxSxH,
             values_LxBxKxSxH)
 
   def more(carry):
-    t, _, done_B, _, _ = carry
+    t, _, _, done_B, _, _ = carry
     return (t < new_tokens) & ~jnp.all(done_B)
 
-  _, tokens_BxT, _, _, _ = jax.lax.while_loop(
-      more, step, (1, tokens_BxT, done_B, keys_LxBxKxSxH, values_LxBxKxSxH))
-  return tokens_BxT
+  _, tokens_BxT, logps_BxT, _, _, _ = jax.lax.while_loop(
+      more, step, (1, tokens_BxT, logps_BxT, done_B, keys_LxBxKxSxH, values_LxBxKxSxH))
+  return tokens_BxT, logps_BxT
 
 
 def group_rows(prompts: Sequence[str]) -> tuple[list[int], int]:
@@ -279,7 +321,7 @@ class GroupedRollout(base_rollout.BaseRollout):
   """Rollouts for the RLCluster; see the module docstring."""
 
   def __init__(self, rollout_actor, tokenizer, mesh=None, rollout_config=None, *,
-               lora_scale: float):
+               lora_scale: float, decode_dtype: str = "float32"):
     del rollout_config  # each generate() call brings its own
     if not isinstance(rollout_actor, gemma3_rl.Gemma3):
       # Converting would make a second module that the trainer never updates.
@@ -291,6 +333,9 @@ class GroupedRollout(base_rollout.BaseRollout):
     self._tokenizer = tokenizer
     self.mesh = mesh
     self._lora_scale = float(lora_scale)
+    if decode_dtype not in DECODE_DTYPES:
+      raise ValueError(f"decode_dtype={decode_dtype!r}: must be one of {', '.join(DECODE_DTYPES)}")
+    self._decode_dtype = decode_dtype
     self._shapes = tuple(layer_shape(layer) for layer in rollout_actor.layers)
 
   def tokenize(self, prompt: str) -> np.ndarray:
@@ -323,26 +368,32 @@ class GroupedRollout(base_rollout.BaseRollout):
     stop_ids = jnp.asarray(list(rollout_config.eos_tokens or [self.eos_id()]), jnp.int32)
 
     graphdef, state = nnx.split(self._model)
-    weights, first_B, keys, values, next_position_B, valid_BxP = _prefill(
+    weights, head_VxD, first_B, first_logp_B, keys, values, next_position_B, valid_BxP = _prefill(
         graphdef, state, jnp.asarray(padded_BxP[starts]), rng, lora_scale=self._lora_scale,
-        rows_per_prompt=rows_per_prompt, new_tokens=new_tokens, pad_id=pad, sampling=sampling)
-    tokens_BxT = _decode(
-        weights, self._model.embedder.input_embedding.value, self._model.final_norm.scale.value,
-        first_B, keys, values, next_position_B, valid_BxP, stop_ids, rng,
-        shapes=self._shapes, new_tokens=new_tokens, sampling=sampling)
-    del weights
-    tokens_BxT = np.asarray(jax.device_get(tokens_BxT))
+        rows_per_prompt=rows_per_prompt, new_tokens=new_tokens, pad_id=pad, sampling=sampling,
+        decode_dtype=self._decode_dtype)
+    embed_VxD = self._model.embedder.input_embedding.value
+    with_logps = bool(rollout_config.return_logprobs)
+    tokens_BxT, logps_BxT = _decode(
+        weights, embed_VxD, embed_VxD if head_VxD is None else head_VxD,
+        self._model.final_norm.scale.value, first_B, first_logp_B, keys, values,
+        next_position_B, valid_BxP, stop_ids, rng, shapes=self._shapes, new_tokens=new_tokens,
+        sampling=sampling, with_logps=with_logps)
+    del weights, head_VxD
+    tokens_BxT, logps_BxT = (np.asarray(a) for a in jax.device_get((tokens_BxT, logps_BxT)))
     stops = np.asarray(stop_ids)
-    completions = []
-    for row in tokens_BxT:
+    completions, logprobs_out = [], []
+    for row, row_logps in zip(tokens_BxT, logps_BxT):
       hits = np.flatnonzero(np.isin(row, stops))
-      completions.append(row[:hits[0]] if hits.size else row)
+      end = hits[0] if hits.size else len(row)
+      completions.append(row[:end])
+      logprobs_out.append(row_logps[:end])
     return base_rollout.RolloutOutput(
         text=[self._tokenizer.decode(c.tolist()) for c in completions],
         logits=None,
         tokens=completions,
         left_padded_prompt_tokens=padded_BxP,
-        logprobs=None,
+        logprobs=logprobs_out if with_logps else None,
     )
 
   def get_per_token_logps(self, prompt_tokens, completion_tokens):

@@ -90,6 +90,7 @@ def _invalid(c, device_count=1):
     ("rollout.temperature", 0.0, "rollout.temperature=0.0"),
     ("rollout.top_p", 0.0, "rollout.top_p=0.0"),
     ("rollout.engine", "vllm", "rollout.engine='vllm'"),
+    ("rollout.decode_dtype", "int4", "rollout.decode_dtype='int4': must be one of float32, bfloat16"),
     ("optim.warmup_fraction", 1.0, "optim.warmup_fraction=1.0"),
     ("optim.peak_lr", 0.0, "optim.peak_lr=0.0"),
     ("train.micro_batch_size", 3, "train.micro_batch_size=3"),
@@ -108,6 +109,13 @@ def test_validation_names_field_value_and_fix(tiny, field, value, needle):
     tiny[section][key] = value
   lines = _invalid(tiny)
   assert any(needle in line for line in lines), lines
+
+
+def test_bfloat16_decoding_needs_the_grouped_engine(tiny):
+  tiny.rollout.decode_dtype = "bfloat16"
+  config_lib.validate(tiny, num_devices=1)
+  tiny.rollout.engine = "tunix"
+  assert any("needs rollout.engine='grouped'" in line for line in _invalid(tiny))
 
 
 def test_validation_reports_every_problem_at_once(tiny):

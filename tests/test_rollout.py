@@ -12,6 +12,7 @@ from tunix.rl.rollout import base_rollout
 
 from conftest import device_mesh
 from configs import tiny
+from gemma_grpo import logprobs
 from gemma_grpo import lora
 from gemma_grpo import model_loading
 from gemma_grpo import prompts
@@ -166,3 +167,48 @@ def test_engine_refuses_a_model_it_cannot_prefill(tiny_setup):
   plain = nnx.eval_shape(lambda: gemma3.Gemma3(actor.config, rngs=nnx.Rngs(0)))
   with pytest.raises(TypeError, match="gemma3_rl.Gemma3"):
     rollout.GroupedRollout(plain, tokenizer, None, lora_scale=1.0)
+
+
+def trainer_logps(actor, out, temperature):
+  """The trainer's log-probs (gemma_grpo.logprobs) of the engine's completions, [B, T]."""
+  width = max(len(t) for t in out.tokens)
+  pad = 0
+  completion_BxT = np.stack([np.pad(t, (0, width - len(t)), constant_values=pad) for t in out.tokens])
+  logps_BxT, _ = logprobs.per_token_logps(actor, jnp.asarray(out.left_padded_prompt_tokens),
+                                          jnp.asarray(completion_BxT), pad, temperature)
+  return np.asarray(logps_BxT)
+
+
+def test_returned_logprobs_are_the_trainers_log_probs_of_the_drawn_tokens(tiny_setup):
+  mesh, actor, _, engine = tiny_setup
+  out = generate(engine, mesh, GROUPED, temperature=0.7, top_p=1.0, top_k=50,
+                 seed=jax.random.PRNGKey(5), return_logprobs=True)
+  want_BxT = trainer_logps(actor, out, temperature=0.7)
+  for row, (tokens, logps) in enumerate(zip(out.tokens, out.logprobs)):
+    assert len(logps) == len(tokens) == MAX_NEW
+    np.testing.assert_allclose(logps, want_BxT[row], atol=2e-4)
+  assert generate(engine, mesh, GROUPED).logprobs is None  # only when asked
+
+
+def test_bfloat16_decode_rounds_the_decode_weights_and_stays_close_to_the_policy(tiny_setup):
+  mesh, actor, tokenizer, engine = tiny_setup
+  weights = rollout.decode_weights(actor, lora_scale=1.0, dtype=jnp.bfloat16)
+  assert weights[0].query_DxNH.dtype == jnp.bfloat16 and weights[0].down_FxD.dtype == jnp.bfloat16
+  assert weights[0].attn_norm_D.dtype == jnp.float32
+  half = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=engine._lora_scale,  # pylint: disable=protected-access
+                                decode_dtype="bfloat16")
+  full = generate(engine, mesh, GROUPED, return_logprobs=True)
+  out = generate(half, mesh, GROUPED, return_logprobs=True)
+  # The first token comes from the (float32) prefill, so it always agrees.
+  assert [t[0] for t in out.tokens] == [t[0] for t in full.tokens]
+  np.testing.assert_allclose([l[0] for l in out.logprobs], [l[0] for l in full.logprobs], atol=1e-6)
+  # Later ones are drawn from bfloat16 logits: close to the float32 policy's, not equal.
+  gap_BxT = np.abs(np.stack(out.logprobs) - trainer_logps(actor, out, temperature=1.0))
+  # (float32 decoding is within 2e-4 of them: the test above.)
+  assert 5e-4 < gap_BxT[:, 1:].max() < 0.1
+
+
+def test_an_unknown_decode_dtype_is_refused(tiny_setup):
+  mesh, actor, tokenizer, _ = tiny_setup
+  with pytest.raises(ValueError, match="decode_dtype='float16': must be one of float32, bfloat16"):
+    rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, decode_dtype="float16")
