@@ -82,6 +82,15 @@ def bytes_per_token(actor) -> dict[str, int]:
   return out
 
 
+def cpu_bf16_flags() -> list[str]:
+  """The bfloat16 instructions this CPU reports (/proc/cpuinfo): they decide whether bf16 dots are fast."""
+  try:
+    flags = pathlib.Path("/proc/cpuinfo").read_text().split("flags", 1)[1].split("\n", 1)[0].split()
+  except (OSError, IndexError):
+    return []
+  return sorted(f for f in flags if "bf16" in f or f.startswith("amx"))
+
+
 def speed(actor, tokenizer, mesh, repeats: int, smoke: bool) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
@@ -107,7 +116,8 @@ def speed(actor, tokenizer, mesh, repeats: int, smoke: bool) -> dict:
             seconds[(d, n)].append(time.perf_counter() - start)
   bandwidth = roofline.machine(smoke)["bandwidth_bytes_per_s"]
   needed = bytes_per_token(actor)
-  result = {"bandwidth_bytes_per_s": bandwidth, "rows": len(texts), "prompt_width": width}
+  result = {"bandwidth_bytes_per_s": bandwidth, "rows": len(texts), "prompt_width": width,
+            "cpu_bf16_flags": cpu_bf16_flags()}
   for d in DTYPES:
     per_token = (common.median(seconds[(d, common.NEW_TOKENS)]) - common.median(seconds[(d, 1)])) / (
         common.NEW_TOKENS - 1)
@@ -211,7 +221,8 @@ def print_results(results: dict) -> None:
   if "speed" in results:
     s = results["speed"]
     print(f"decode, {s['rows']} rows, prompt width {s['prompt_width']}, bandwidth"
-          f" {s['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s:")
+          f" {s['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s, CPU bf16 flags:"
+          f" {' '.join(s['cpu_bf16_flags']) or 'none'}:")
     for d in DTYPES:
       row = s[d]
       print(f"  {d:9} {row['seconds_per_token'] * 1e3:6.1f} ms/token; must read"

@@ -28,10 +28,11 @@ keep_eval() {  # keep_eval NAME: the eval files of runs/NAME in EVIDENCE/NAME
   cp "$RUNS/$1/eval.json" "$EVIDENCE/$1/"
   gzip -9 -c "$RUNS/$1/samples.jsonl" > "$EVIDENCE/$1/samples.jsonl.gz"
 }
-keep_run() {  # keep_run WORKDIR NAME: a training run's metrics and plots
+keep_run() {  # keep_run WORKDIR NAME: a training run's metrics, plots and in-training evals
   mkdir -p "$EVIDENCE/$2"
-  cp "$1/metrics.jsonl" "$EVIDENCE/$2/" 2>/dev/null || true
-  cp -r "$1/plots" "$EVIDENCE/$2/" 2>/dev/null || true
+  cp "$1/tensorboard/metrics.jsonl" "$EVIDENCE/$2/" 2>/dev/null || true
+  cp -r "$1/plots" "$EVIDENCE/$2/"
+  if [ -d "$1/eval" ]; then cp -r "$1/eval" "$EVIDENCE/$2/"; fi
 }
 
 stage sft gemma-grpo sft --config configs/gemma3_270m_sft.py \

@@ -158,6 +158,23 @@ def gsm8k_comparisons(results: pathlib.Path) -> str:
   return "\n".join(lines)
 
 
+def gsm8k_readme(results: pathlib.Path) -> str:
+  """README's summary: every pair on all 256 problems, accuracy and format with their intervals."""
+  lines = ["| comparison (GSM8K test 1-256) | accuracy (solved) | difference, 95% interval"
+           " | exact format | difference, 95% interval |", "| --- | --- | --- | --- | --- |"]
+  evals, rows = gsm8k_samples(results), GSM8K_SLICES["1-256"]
+  for base, new in GSM8K_PAIRS:
+    cells = []
+    for key in ("correct", "exact_format"):
+      before = [float(evals[base][i][key]) for i in rows]
+      after = [float(evals[new][i][key]) for i in rows]
+      diff, low, high = scoring.paired_bootstrap(before, after)
+      shown = (f"{int(sum(after))} vs {int(sum(before))}" if key == "correct"
+               else f"{sum(after) / len(rows):.1%} vs {sum(before) / len(rows):.1%}")
+      cells += [shown, f"{diff * 100:+.1f} points [{low * 100:+.1f}, {high * 100:+.1f}]"]
+    lines.append(f"| {new} vs {base} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
 def gsm8k_solved(results: pathlib.Path) -> str:
   """Which test problems each model solves, and how often GRPO's batches carried an accuracy signal."""
   lines = ["| model | test problems solved (1-based, of 1-256) |", "| --- | --- |"]
@@ -168,7 +185,7 @@ def gsm8k_solved(results: pathlib.Path) -> str:
   steps = [r for r in rows if "diagnostics/train/reward_std/answer_correct" in r]
   flat = sum(r["diagnostics/train/reward_std/answer_correct"] == 0 for r in steps)
   no_spread = sum(r["diagnostics/train/zero_std_frac"] for r in steps) / len(steps)
-  lines += ["", "| GRPO steps | steps where every sample of the batch was equally (in)correct"
+  lines += ["", "| GRPO steps | steps where the answer_correct reward was equal for every sample of the batch"
             " | groups with no reward spread at all, mean over steps |", "| --- | --- | --- |",
             f"| {len(steps)} | {flat} | {no_spread:.0%} |"]
   return "\n".join(lines)
@@ -189,6 +206,7 @@ TABLES: dict[str, tuple[Callable[[pathlib.Path], str], str]] = {
     "accuracy": (accuracy, "docs/results/accuracy"),
     "gsm8k_models": (gsm8k_models, "docs/results/gsm8k"),
     "gsm8k_comparisons": (gsm8k_comparisons, "docs/results/gsm8k"),
+    "gsm8k_readme": (gsm8k_readme, "docs/results/gsm8k"),
     "gsm8k_solved": (gsm8k_solved, "docs/results/gsm8k"),
     "gsm8k_wall": (gsm8k_wall, "docs/results/gsm8k"),
 }

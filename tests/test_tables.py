@@ -55,6 +55,9 @@ def test_gsm8k_tables_count_each_slice_and_pair_from_the_samples(tmp_path):
   comparisons = tables.gsm8k_comparisons(tmp_path)
   assert "| SFT + GRPO vs SFT | accuracy | 1-256 | 2 -> 3 | 2 / 1 | +0.4 points [" in comparisons
   assert "| SFT vs base | exact format | 1-128 | 64 -> 64 | 0 / 0 | +0.0 points [+0.0, +0.0] |" in comparisons
+  readme = tables.gsm8k_readme(tmp_path)
+  assert "| SFT + GRPO vs base | 3 vs 0 | +1.2 points [" in readme
+  assert "| 50.0% vs 50.0% | +0.0 points [+0.0, +0.0] |" in readme
   (tmp_path / "sft_grpo_run").mkdir()
   (tmp_path / "sft_grpo_run/metrics.jsonl").write_text("\n".join(json.dumps(m) for m in (
       {"step": 0, "eval/accuracy": 0.0},
