@@ -3,11 +3,11 @@
   gemma-grpo sft --config configs/gemma3_270m_sft.py \
       --config.data.source=/path/to/gsm8k/train.jsonl --workdir runs/gemma3_270m_sft
 The pretrained base never writes <reasoning>/<answer>; 80 LoRA updates of 4
-solutions each teach it the format. About 15 s per update on a 2-core CPU;
-the measured run took 33 minutes with the machine partly shared
-(RESULTS.md). `--config.sft.max_steps=400` (about 1 h 40 min) loops less under
-greedy decoding, formats more answers and gives GRPO a start whose accuracy
-it then at least keeps (RESULTS.md). Without a data path it reads
+solutions each teach it the format (55.5% exact format on GSM8K test 1-256,
+RESULTS.md). About 15-20 s per update on a 2-core CPU; the run of
+2026-12-01 took 41 minutes with a benchmark sharing the machine for 24 of
+them. `--config.sft.max_steps=400` trains five times longer (the
+learning-rate schedule stretches with it). Without a data path it reads
 openai/gsm8k from the hub. Then GRPO: configs/gemma3_270m_sft_grpo.py.
 """
 

@@ -77,4 +77,11 @@ def test_rollout_engine_picks_tunix_or_ours(engine, want):
     assert picked == "vanilla"
   else:
     assert picked.func.__name__ == want
-    assert picked.keywords == {"lora_scale": tiny.lora.alpha / tiny.lora.rank}
+    assert picked.keywords == {"lora_scale": tiny.lora.alpha / tiny.lora.rank,
+                               "decode_dtype": tiny.rollout.decode_dtype}
+
+
+def test_the_rollout_engine_decodes_in_the_configured_dtype():
+  tiny = config_lib.load("configs/tiny.py")
+  tiny.rollout.decode_dtype = "bfloat16"
+  assert cluster_lib.rollout_engine(tiny).keywords["decode_dtype"] == "bfloat16"
