@@ -73,6 +73,12 @@ def train(c: ml_collections.ConfigDict, workdir: str) -> int:
   `c` must be validated (config.validate: `command` and api.train do it).
   """
   start = preflight(c, workdir)
+  if start.resume is not None and start.resume.step >= c.train.max_steps:
+    # Checkpoint steps count updates, as Tunix's train_steps do: a finished
+    # run is known before minutes of loading the model.
+    logging.info("%s already holds step %d >= train.max_steps; nothing to do",
+                 start.work, start.resume.step)
+    return 0
 
   from gemma_grpo import guards  # pylint: disable=g-import-not-at-top
 

@@ -106,6 +106,7 @@ def test_rerun_of_a_finished_run_does_nothing(tiny_run, tmp_path):
   shutil.copytree(tiny_run, workdir)
   proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir)])
   assert "nothing to do" in proc.stderr
+  assert "model: random loaded" not in proc.stderr  # known before the model loads
   assert checkpoints.saved_steps(workdir) == [1, 2]
 
 
