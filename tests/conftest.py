@@ -36,6 +36,25 @@ def device_mesh(fsdp: int = 1, tp: int = 1):
                        axis_types=(jax.sharding.AxisType.Auto,) * 2)
 
 
+# CLI runs fork from a server that has done the imports (tests/forked_cli.py);
+# GEMMA_GRPO_TEST_FORK=0 starts each as a fresh interpreter instead.
+FORK = os.environ.get("GEMMA_GRPO_TEST_FORK", "1") == "1"
+
+
+def _forked(args=None, *, code=None, cwd, env, timeout) -> subprocess.CompletedProcess:
+  import shutil  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+
+  import forked_cli  # pylint: disable=g-import-not-at-top
+
+  output_dir = tempfile.mkdtemp(prefix="gemma-grpo-cli-")
+  try:
+    return forked_cli.run(args, code=code, cwd=str(cwd), env=env, timeout=timeout,
+                          output_dir=output_dir)
+  finally:
+    shutil.rmtree(output_dir, ignore_errors=True)
+
+
 def cli_env(devices: int = 1) -> dict[str, str]:
   env = dict(os.environ)
   env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
@@ -46,12 +65,20 @@ def cli_env(devices: int = 1) -> dict[str, str]:
 def run_cli(args: list[str], *, devices: int = 1, timeout: int = 600,
             check: bool = True, env: dict[str, str] | None = None,
             **kwargs) -> subprocess.CompletedProcess:
-  """Runs `python -m gemma_grpo.cli ARGS` in the repo, capturing output."""
-  proc = subprocess.run(
-      [sys.executable, "-m", "gemma_grpo.cli", *args],
-      cwd=REPO, env={**cli_env(devices), **(env or {})}, capture_output=True, text=True,
-      timeout=timeout, check=False, **kwargs,
-  )
+  """Runs `python -m gemma_grpo.cli ARGS` in the repo, capturing output.
+
+  The process is forked from a server that has imported the CLI's modules
+  (tests/forked_cli.py) unless the run needs an environment of its own or
+  GEMMA_GRPO_TEST_FORK=0; either way it is a process of its own.
+  """
+  if env is None and not kwargs and FORK:
+    proc = _forked(args, cwd=REPO, env=cli_env(devices), timeout=timeout)
+  else:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gemma_grpo.cli", *args],
+        cwd=REPO, env={**cli_env(devices), **(env or {})}, capture_output=True, text=True,
+        timeout=timeout, check=False, **kwargs,
+    )
   if check and proc.returncode != 0:
     raise AssertionError(
         f"gemma-grpo {' '.join(args)} exited {proc.returncode}\n"
@@ -65,12 +92,54 @@ def run_python(code: str, *, cwd: pathlib.Path, devices: int = 1,
   """Runs `python -c CODE` in `cwd`, as a user's script or notebook would."""
   env = cli_env(devices)
   env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-  proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
-                        text=True, timeout=timeout, check=False)
+  if FORK:
+    proc = _forked(code=code, cwd=cwd, env=env, timeout=timeout)
+  else:
+    proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
   if proc.returncode != 0:
     raise AssertionError(f"python -c exited {proc.returncode}\n--- stdout ---\n"
                          f"{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-6000:]}")
   return proc
+
+
+# Files that share the two_processes_four_steps fixture: one xdist worker runs
+# them all, so the two-process run is made once, not once per worker.
+TWO_PROCESS_FILES = ("test_distributed.py", "test_gpu_cluster.py", "test_tpu_rehearsal.py")
+# The longest files first (test time on 2 cores, 2026-12-02), so the two
+# workers finish together; the order changes nothing else.
+LONGEST_FIRST = ("two processes", "test_learner.py", "test_export.py", "test_sft.py",
+                 "test_mesh.py", "test_train.py", "test_reliability.py", "test_storage.py",
+                 "test_evaluate.py", "test_model_loading.py", "test_api.py")
+
+
+def _work_unit(file_name: str) -> str:
+  return "two processes" if file_name in TWO_PROCESS_FILES else file_name
+
+
+def pytest_collection_modifyitems(items):
+  rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+  items.sort(key=lambda item: rank.get(_work_unit(item.path.name), len(rank)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+  """Whole files per worker (module and session fixtures are made once per worker).
+
+  Like `--dist loadfile`, except that TWO_PROCESS_FILES go to one worker, in
+  the order collected above. (xdist's own `loadgroup` marks do not take
+  effect with pytest 9: xdist 3.8 renames the node id through an attribute
+  pytest 9 no longer reads.)
+  """
+  from xdist.scheduler import LoadScopeScheduling  # pylint: disable=g-import-not-at-top
+
+  class FileScheduling(LoadScopeScheduling):
+
+    def _split_scope(self, nodeid: str) -> str:
+      path = nodeid.split("::", 1)[0]
+      return _work_unit(path.rsplit("/", 1)[-1])
+
+  config.option.loadscopereorder = False
+  return FileScheduling(config, log)
 
 
 @pytest.fixture(scope="session")

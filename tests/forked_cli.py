@@ -1,0 +1,113 @@
+"""`gemma-grpo ARGS` (or `python -c CODE`) as a fresh process that skips the imports.
+
+A CLI run of the tiny config spends about 7 of its 20 s importing JAX, Tunix,
+Qwix, Orbax, grain and the rest, and the suite starts dozens of them. Here a
+stdlib fork server (multiprocessing's "forkserver") imports those modules
+once, before any JAX backend exists, and forks each run from it: every run is
+still its own process, with its own devices (XLA_FLAGS is read when the
+backend starts, after the fork), working directory, environment, stdout,
+stderr and exit code, but none of the import time.
+
+Only runs whose environment differs from the suite's in nothing but
+XLA_FLAGS and PYTHONUNBUFFERED come here (conftest.run_cli decides): JAX
+reads its other settings from the environment at import.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+
+# What `gemma-grpo train|sft|eval|export` import; all safe to import before
+# a JAX backend starts (none of them starts one).
+PRELOAD = [
+    "jax", "flax.nnx", "optax", "orbax.checkpoint", "grain", "qwix", "tensorboardX",
+    "tunix.rl.rl_cluster", "tunix.rl.grpo.grpo_learner", "tunix.sft.peft_trainer",
+    "reasoning_gym", "matplotlib.pyplot", "safetensors.numpy", "sentencepiece",
+    "gemma_grpo.cli", "gemma_grpo.train", "gemma_grpo.sft", "gemma_grpo.evaluate",
+    "gemma_grpo.export", "gemma_grpo.plots", "gemma_grpo.learner", "gemma_grpo.cluster",
+    "gemma_grpo.rollout", "gemma_grpo.lora", "gemma_grpo.model_loading", "gemma_grpo.data",
+    "gemma_grpo.checkpoints", "gemma_grpo.step_hooks", "gemma_grpo.guards",
+]
+
+_context = None
+
+
+def _fork_context():
+  global _context
+  if _context is None:
+    _context = multiprocessing.get_context("forkserver")
+    _context.set_forkserver_preload(PRELOAD)
+  return _context
+
+
+def _child(argv: list[str] | None, code: str | None, cwd: str, env: dict[str, str],
+           out_path: str, err_path: str) -> None:
+  """The forked process: becomes `python -m gemma_grpo.cli ARGV` (or `python -c CODE`) in `cwd`."""
+  for fd, path in ((1, out_path), (2, err_path)):
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(target, fd)
+    os.close(target)
+  sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False), write_through=True)
+  sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False), write_through=True)
+  os.chdir(cwd)
+  os.environ.clear()
+  os.environ.update(env)
+  # What the interpreter does at start: PYTHONPATH, then the script's directory
+  # (`python -m` and `-c` both put the working directory first).
+  sys.path[:0] = [cwd, *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
+  sys.argv = ["-c"] if code is not None else ["gemma-grpo", *argv]
+  signal.signal(signal.SIGINT, signal.default_int_handler)
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  import importlib  # pylint: disable=g-import-not-at-top
+
+  from gemma_grpo import cli  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import console  # pylint: disable=g-import-not-at-top
+
+  importlib.reload(console)  # it notes the process's start time at import
+  try:
+    if code is not None:
+      exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})  # pylint: disable=exec-used
+      status = 0
+    else:
+      status = cli.main(argv)
+  except SystemExit as e:
+    status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+  except BaseException:  # pylint: disable=broad-exception-caught
+    import traceback  # pylint: disable=g-import-not-at-top
+
+    traceback.print_exc()
+    status = 1
+  # multiprocessing ends a child with os._exit: run what a normal exit would.
+  atexit._run_exitfuncs()  # pylint: disable=protected-access
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)  # pylint: disable=protected-access
+
+
+def run(argv: list[str] | None = None, *, code: str | None = None, cwd: str,
+        env: dict[str, str], timeout: float, output_dir: str) -> subprocess.CompletedProcess:
+  """Runs the CLI with `argv` (or `code`) in a forked process, like subprocess.run.
+
+  Raises subprocess.TimeoutExpired after `timeout` s, the process killed.
+  """
+  os.makedirs(output_dir, exist_ok=True)
+  out_path = os.path.join(output_dir, "forked.out")
+  err_path = os.path.join(output_dir, "forked.err")
+  shown = ["python", "-c", code] if code is not None else ["gemma-grpo", *argv]
+  proc = _fork_context().Process(target=_child, args=(argv, code, cwd, env, out_path, err_path))
+  proc.start()
+  proc.join(timeout)
+  if proc.exitcode is None:
+    proc.kill()
+    proc.join()
+    raise subprocess.TimeoutExpired(shown, timeout)
+  with open(out_path) as out, open(err_path) as err:
+    stdout, stderr = out.read(), err.read()
+  status = proc.exitcode  # -N when killed by signal N, as subprocess reports it
+  return subprocess.CompletedProcess(shown, status, stdout, stderr)
