@@ -1,7 +1,8 @@
-"""Shared test setup: a simulated 8-device CPU and runs of the CLI.
+"""Shared test setup: a simulated 8-device CPU, runs of the CLI, xdist scheduling.
 
 XLA_FLAGS must be set before JAX is imported anywhere, which is why it lives
-here. Subprocess runs of the CLI get a single device unless a test asks.
+here. CLI runs are processes of their own (forked from a server that has
+done the imports: tests/forked_cli.py) with a single device unless a test asks.
 """
 
 import dataclasses
