@@ -123,6 +123,7 @@ def pytest_collection_modifyitems(items):
   items.sort(key=lambda item: rank.get(_work_unit(item.path.name), len(rank)))
 
 
+@pytest.hookimpl(optionalhook=True)  # known only where xdist is loaded
 def pytest_xdist_make_scheduler(config, log):
   """Whole files per worker (module and session fixtures are made once per worker).
 
