@@ -13,12 +13,21 @@ first run filled. For each it reads the console's phase line
 "step 1: the first step, compilation included (X s; T s since start)" and
 the later steps' perf/train/step_seconds, and prints: seconds from the
 command to the end of step 1 (T), step 1's own seconds (X), the median of
-steps 2..STEPS, and X / median. Asserts nothing.
+steps 2..STEPS, and X / median.
+
+Then where step 1's extra seconds go: the trainer runs under a listener of
+JAX's own compile events (jax.monitoring time spans), and for step 1 (from
+the "Training steps" line to the "step 1:" line) the script prints the wall
+seconds spent tracing Python to jaxprs, lowering them to StableHLO, and in
+XLA compilation or loading it from the persistent cache (each the union of
+its spans, so nested traces count once), what remains, and the same three
+for all later steps. Asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import re
@@ -34,15 +43,67 @@ if str(REPO) not in sys.path:
 FIRST_STEP = re.compile(r"step 1: the first step, compilation included \(([\d.]+) s; (\d+) s since start\)")
 
 
+# `python -m gemma_grpo.train ARGS` with JAX's compile events recorded: every
+# trace, lowering and compile (or cache load) span, and the log times of the
+# lines that open and close step 1, written as JSON to $COMPILE_SPANS at exit.
+TRAIN_WITH_SPANS = """
+import atexit, json, logging, os, sys
+from gemma_grpo import train  # first: importing jax before it left stderr without the INFO lines (seen, not traced)
+from jax import monitoring
+spans, marks = [], {}
+monitoring.register_event_time_span_listener(
+    lambda event, start, end, **kw: spans.append((event.rsplit("/", 1)[1], start, end)))
+def mark(record):  # a filter that keeps every record: handlers stay as they were
+  text = record.getMessage()
+  for key, prefix in (("start", "Training steps"), ("end", "step 1: the first step")):
+    if text.startswith(prefix):
+      marks[key] = record.created
+  return True
+logging.getLogger("absl").addFilter(mark)
+atexit.register(lambda: json.dump({"spans": spans, "marks": marks},
+                                  open(os.environ["COMPILE_SPANS"], "w")))
+sys.exit(train.main(sys.argv[1:]))
+"""
+KINDS = {"jaxpr_trace_duration": "trace", "jaxpr_to_mlir_module_duration": "lower",
+         "backend_compile_duration": "compile or load"}
+
+
+def union_seconds(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+  """Seconds of [lo, hi] covered by at least one interval."""
+  covered, reach = 0.0, lo
+  clipped = sorted((max(s, lo), min(e, hi)) for s, e in intervals)
+  for start, end in ((s, e) for s, e in clipped if e > s):
+    if end > reach:
+      covered += end - max(start, reach)
+      reach = end
+  return covered
+
+
+def compile_breakdown(recorded: dict) -> dict:
+  """Seconds of trace / lower / compile-or-load in step 1, and in the steps after it."""
+  start, end = recorded["marks"]["start"], recorded["marks"]["end"]
+  out = {}
+  for window, (lo, hi) in (("step 1", (start, end)), ("later", (end, float("inf")))):
+    every = []
+    for event, kind in KINDS.items():
+      intervals = [(s, e) for name, s, e in recorded["spans"] if name == event]
+      every += intervals
+      out[f"{window} {kind}"] = union_seconds(intervals, lo, hi)
+    out[f"{window} any"] = union_seconds(every, lo, hi)
+  return out
+
+
 def run(cache_dir: pathlib.Path, workdir: pathlib.Path, steps: int) -> dict:
   from gemma_grpo import metrics  # pylint: disable=g-import-not-at-top
 
+  spans_file = workdir.parent / f"{workdir.name}_spans.json"
   proc = subprocess.run(
-      [sys.executable, "-m", "gemma_grpo.train", "--config", "configs/gemma3_270m.py",
+      [sys.executable, "-c", TRAIN_WITH_SPANS, "--config", "configs/gemma3_270m.py",
        "--workdir", str(workdir), f"--config.model.cache_dir={cache_dir}",
        f"--config.train.max_steps={steps}", "--config.eval.every_steps=0",
        f"--config.ckpt.every_steps={steps}"],
-      cwd=REPO, capture_output=True, text=True, check=False)
+      cwd=REPO, capture_output=True, text=True, check=False,
+      env={**os.environ, "COMPILE_SPANS": str(spans_file)})
   found = FIRST_STEP.search(proc.stderr)
   if proc.returncode or not found:
     raise SystemExit(f"the run exited {proc.returncode}:\n{proc.stderr[-3000:]}")
@@ -50,7 +111,8 @@ def run(cache_dir: pathlib.Path, workdir: pathlib.Path, steps: int) -> dict:
            if r["step"] > 1 and "perf/train/step_seconds" in r]
   median = statistics.median(later)
   return {"to_first_step_s": int(found.group(2)), "first_step_s": float(found.group(1)),
-          "median_step_s": median, "ratio": float(found.group(1)) / median}
+          "median_step_s": median, "ratio": float(found.group(1)) / median,
+          **compile_breakdown(json.loads(spans_file.read_text()))}
 
 
 def main() -> int:
@@ -69,6 +131,14 @@ def main() -> int:
   for label, r in rows:
     print(f"{label} | {r['to_first_step_s']} s | {r['first_step_s']:.1f} s | {r['median_step_s']:.1f} s"
           f" | {r['ratio']:.2f}")
+  print()
+  print("cache | step 1: trace | lower | compile or load | any of the three | the rest"
+        " | later steps: trace | lower | compile or load")
+  for label, r in rows:
+    rest = r["first_step_s"] - r["step 1 any"]
+    print(f"{label} | {r['step 1 trace']:.1f} s | {r['step 1 lower']:.1f} s"
+          f" | {r['step 1 compile or load']:.1f} s | {r['step 1 any']:.1f} s | {rest:.1f} s"
+          f" | {r['later trace']:.1f} s | {r['later lower']:.1f} s | {r['later compile or load']:.1f} s")
   return 0
 
 
