@@ -82,6 +82,11 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
       # update leaves both pointing at the same (possibly deleted) buffers.
       lora.share_frozen_weights(source=self.actor_trainer.model, target=self._reference_model)
 
+  def precompile_update(self, example) -> None:
+    """Starts compiling the actor's train step for `example` (trainers.py)."""
+    with self.r2m[rl_cluster_lib.Role.ACTOR]:
+      self.actor_trainer.precompile_train_step(example)
+
   def sync_weights(self):
     """Tunix's sync (when rollout and actor do not share a model), no anchor."""
     filter_types = (nnx.LoRAParam,)

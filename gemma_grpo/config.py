@@ -359,6 +359,12 @@ def _reward_problems(c: ml_collections.ConfigDict) -> list[str]:
   return []
 
 
+def completions_per_train_step(c: ml_collections.ConfigDict) -> int:
+  """Rows of one call of the compiled train step: a micro-batch's completions."""
+  t = c.train
+  return (t.micro_batch_size or t.mini_batch_size or t.batch_size) * c.grpo.num_generations
+
+
 def updates_per_batch(c: ml_collections.ConfigDict) -> int:
   """Optimizer updates per rollout batch: grpo.num_iterations x its mini-batches."""
   return c.grpo.num_iterations * (c.train.batch_size // (c.train.mini_batch_size or c.train.batch_size))

@@ -288,6 +288,19 @@ def _sampling_logps_jit(graphdef, state, prompt_ids, completion_ids, pad_id, eos
       group_size)[0]
 
 
+def _train_example(prompt_ids, completion_ids, advantages, ref_logps, old_logps,
+                   pad: int) -> grpo_learner.TrainExample:
+  return grpo_learner.TrainExample(
+      prompt_ids=prompt_ids,
+      prompt_mask=prompt_ids != pad,
+      completion_ids=completion_ids,
+      completion_mask=completion_ids != pad,
+      ref_per_token_logps=ref_logps,
+      advantages=jax.device_put(np.asarray(advantages, dtype=np.float32)),
+      old_per_token_logps=old_logps,
+  )
+
+
 class Learner(grpo_learner.GRPOLearner):
   """Tunix's GRPO learner with our rollout step; see the module docstring.
 
@@ -443,15 +456,24 @@ class Learner(grpo_learner.GRPOLearner):
       ])
 
     self._log_diagnostics(rounds, selection, advantages, mode, step)
-    return grpo_learner.TrainExample(
-        prompt_ids=prompt_ids,
-        prompt_mask=prompt_ids != pad,
-        completion_ids=completion_ids,
-        completion_mask=completion_ids != pad,
-        ref_per_token_logps=ref_logps,
-        advantages=jax.device_put(np.asarray(advantages, dtype=np.float32)),
-        old_per_token_logps=old_logps,
-    )
+    return _train_example(prompt_ids, completion_ids, advantages, ref_logps, old_logps, pad)
+
+  def example_like(self, rows: int) -> grpo_learner.TrainExample:
+    """A train example of zeros shaped as a training step's (`rows` completions).
+
+    What the update's program is compiled for ahead of the first rollout
+    (cluster.precompile_update); the shapes follow the rollout config.
+    """
+    rollout_config = self.rl_cluster.get_rollout_config(Mode.TRAIN)
+    prompt_width = rollout_config.max_prompt_length
+    completion_width = rollout_config.max_tokens_to_generate
+    pad = self.rl_cluster.rollout.pad_id()
+    logps = np.zeros((rows, completion_width), np.float32)
+    return _train_example(
+        jnp.full((rows, prompt_width), pad, jnp.int32),
+        jnp.full((rows, completion_width), pad, jnp.int32),
+        np.zeros(rows), jnp.asarray(logps) if self._with_ref else None,
+        jnp.asarray(logps) if self._off_policy else None, pad)
 
   def _log_diagnostics(self, rounds: list[_Round], selection: Selection,
                        advantages, mode, step: int) -> None:

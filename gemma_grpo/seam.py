@@ -16,8 +16,12 @@ Each touch, why, and what upstream change would remove it:
 3. trainers re-implements PeftTrainer.jit_train_and_eval_step (reading
    _jitted_train_step_fn, _jitted_eval_step_fn, _shard_optimizer and
    jax.interpreters.pxla.thread_resources) to donate the model to the jitted
-   step, so the frozen base is not written out twice every step.
-   Removed by: PeftTrainer donating the model (an option or the default).
+   step, so the frozen base is not written out twice every step; and compiles
+   that step ahead of its first call for an example prepared as
+   PeftTrainer.train prepares each one (_prepare_inputs, then shard_input over
+   config.data_sharding_axis), so the first update does not wait for it.
+   Removed by: PeftTrainer donating the model (an option or the default) and
+   offering to compile its step for given input shapes.
 4. learner.Learner overrides GRPOLearner._generate_and_compute_advantage and
    reads _rollout_micro_batch_size / _compute_logps_micro_batch_size: dynamic
    sampling, the stop text, grouped rollouts and per-step diagnostics need
@@ -125,6 +129,11 @@ def _jitted_step() -> None:
                "def create_train_step_fn", "def create_eval_step_fn"):
     _expect(name in source, "3", f"PeftTrainer has no {name}")
   _expect(hasattr(pxla, "thread_resources"), "3", "jax.interpreters.pxla.thread_resources is gone")
+  # The example compiled ahead must be prepared as train() prepares each one.
+  train = inspect.getsource(trainer.train)
+  for text in ("self._prepare_inputs(", "sharding_utils.shard_input(",
+               "self.config.data_sharding_axis"):
+    _expect(text in train, "3", f"PeftTrainer.train no longer calls {text.rstrip('(')}")
 
 
 def _learner_step() -> None:

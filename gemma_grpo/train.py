@@ -50,7 +50,7 @@ def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Start
 
   config_lib.mesh_shape(c.mesh, jax.device_count())
   fsdp, _ = config_lib.mesh_shape(c.mesh, jax.device_count())
-  rows = (c.train.micro_batch_size or c.train.batch_size) * c.grpo.num_generations
+  rows = config_lib.completions_per_train_step(c)
   if rows % fsdp:
     # Tunix replicates inputs it cannot split (sharding_utils.get_sharding):
     # correct, but every device then computes the whole micro-batch.
@@ -181,6 +181,10 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
     return 0
   if trainer.train_steps:
     logging.info("Resuming from step %d in %s", trainer.train_steps, work)
+
+  # The update's program compiles beside the starting eval and the first
+  # rollout instead of after them (trainers.py).
+  cluster.precompile_update(learner.example_like(config_lib.completions_per_train_step(c)))
 
   heldout = splits.heldout[:c.eval.num_examples]
 

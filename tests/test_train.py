@@ -135,16 +135,24 @@ print(json.dumps({{"code": code, **calls}}))
   assert "nothing to do" in proc.stderr
 
 
-def test_nothing_compiles_after_the_first_step(tmp_path):
+@pytest.mark.parametrize("overrides", [
+    ["--config.train.max_steps=3"],
+    # No reference log-probs; the sampling policy's for each batch's second update.
+    ["--config.train.max_steps=4", "--config.grpo.beta=0", "--config.grpo.num_iterations=2"],
+])
+def test_nothing_compiles_after_the_first_step(tmp_path, overrides):
   # Every program JAX lowers once the first update is done, by name: a step
   # program recompiled (a shape, dtype or sharding that drifts between steps)
-  # or a host-side op compiled mid-run would appear here.
+  # or a host-side op compiled mid-run would appear here. And the train step
+  # is traced and compiled once, by the thread that compiles it ahead
+  # (trainers.precompile_train_step): an example of the wrong shape, dtype or
+  # sharding would make the first update trace and compile it again.
   proc = run_python(f"""
-import json, logging
+import json, logging, threading
 import jax
 from gemma_grpo import step_hooks, train
 jax.config.update("jax_log_compiles", True)
-state = {{"steps_done": 0, "late": []}}
+state = {{"steps_done": 0, "late": [], "train_step": []}}
 original = step_hooks.RunHooks.on_train_step_end
 def on_train_step_end(self, *args, **kwargs):
   state["steps_done"] += 1
@@ -155,13 +163,18 @@ class Late(logging.Handler):
     message = record.getMessage()
     if state["steps_done"] and message.startswith("Compiling "):
       state["late"].append(message.split(" with ")[0])
+    if message.startswith(("Finished tracing _train_step ", "Compiling jit(_train_step) ")):
+      state["train_step"].append([threading.current_thread().name, message.split(" ")[0]])
 logging.getLogger("jax").addHandler(Late())
 code = train.main(["--config", "configs/tiny.py", "--workdir", {str(tmp_path / "run")!r},
-                   "--config.train.max_steps=3", "--config.ckpt.every_steps=100"])
-print(json.dumps({{"code": code, "steps": state["steps_done"], "late": state["late"]}}))
+                   "--config.ckpt.every_steps=100", *{overrides!r}])
+print(json.dumps({{"code": code, "steps": state["steps_done"], "late": state["late"],
+                  "train_step": state["train_step"]}}))
 """, cwd=REPO)
   result = json.loads(proc.stdout.strip().splitlines()[-1])
-  assert result == {"code": 0, "steps": 3, "late": []}
+  steps = int(overrides[0].split("=")[1])
+  assert result == {"code": 0, "steps": steps, "late": [], "train_step": [
+      ["precompile-train-step", "Finished"], ["precompile-train-step", "Compiling"]]}
 
 
 def test_default_workdir_is_named_after_the_config():
