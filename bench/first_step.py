@@ -21,7 +21,12 @@ the "Training steps" line to the "step 1:" line) the script prints the wall
 seconds spent tracing Python to jaxprs, lowering them to StableHLO, and in
 XLA compilation or loading it from the persistent cache (each the union of
 its spans, so nested traces count once), what remains, and the same three
-for all later steps. Asserts nothing.
+for all later steps. The spans of every thread count, so compilation running
+beside other work (the train step, compiled ahead beside the first rollout)
+shows in these columns too, and "the rest" is the part of step 1 during
+which nothing compiled. Last, each phase of step 1 (rollout, reference pass,
+update: the run's perf/train/*_seconds) against its median in later steps.
+Asserts nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
   sys.path.insert(0, str(REPO))
 
+PHASES = ("rollout", "reference", "update")  # perf/train/<phase>_seconds of each step
 FIRST_STEP = re.compile(r"step 1: the first step, compilation included \(([\d.]+) s; (\d+) s since start\)")
 
 
@@ -107,11 +113,17 @@ def run(cache_dir: pathlib.Path, workdir: pathlib.Path, steps: int) -> dict:
   found = FIRST_STEP.search(proc.stderr)
   if proc.returncode or not found:
     raise SystemExit(f"the run exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-  later = [r["perf/train/step_seconds"] for r in metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
+  records = list(metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl"))
+  later = [r["perf/train/step_seconds"] for r in records
            if r["step"] > 1 and "perf/train/step_seconds" in r]
   median = statistics.median(later)
+  phases = {}
+  for phase in PHASES:
+    key = f"perf/train/{phase}_seconds"
+    phases[f"step 1 {phase}"] = next(r[key] for r in records if r["step"] == 1 and key in r)
+    phases[f"later {phase}"] = statistics.median(r[key] for r in records if r["step"] > 1 and key in r)
   return {"to_first_step_s": int(found.group(2)), "first_step_s": float(found.group(1)),
-          "median_step_s": median, "ratio": float(found.group(1)) / median,
+          "median_step_s": median, "ratio": float(found.group(1)) / median, **phases,
           **compile_breakdown(json.loads(spans_file.read_text()))}
 
 
@@ -139,6 +151,11 @@ def main() -> int:
     print(f"{label} | {r['step 1 trace']:.1f} s | {r['step 1 lower']:.1f} s"
           f" | {r['step 1 compile or load']:.1f} s | {r['step 1 any']:.1f} s | {rest:.1f} s"
           f" | {r['later trace']:.1f} s | {r['later lower']:.1f} s | {r['later compile or load']:.1f} s")
+  print()
+  print("cache | " + " | ".join(f"{phase}: step 1 / median of later" for phase in PHASES))
+  for label, r in rows:
+    print(f"{label} | " + " | ".join(
+        f"{r[f'step 1 {phase}']:.1f} / {r[f'later {phase}']:.1f} s" for phase in PHASES))
   return 0
 
 
