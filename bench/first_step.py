@@ -1,11 +1,14 @@
 """How long until the first step of README's command, with an empty and a warm compile cache?
 
-  flock /tmp/gemma_grpo_heavy.lock python bench/first_step.py [--steps 4]
-About 6 min on a quiet 2-core CPU.
+  flock /tmp/gemma_grpo_heavy.lock python bench/first_step.py [--steps 4] [--start-eval]
+About 6 min on a quiet 2-core CPU (8 with --start-eval).
 
 Runs `python -m gemma_grpo.train --config configs/gemma3_270m.py` (the README
-default, with --config.eval.every_steps=0 so the first step follows loading
-and --config.train.max_steps=STEPS) twice, one after the other, each in a
+default with --config.train.max_steps=STEPS and, unless --start-eval, with
+--config.eval.every_steps=0 so that the first step follows loading; with
+--start-eval the command runs as README gives it, the eval of the starting
+policy between loading and step 1, and step 1's seconds count from the end
+of that eval) twice, one after the other, each in a
 fresh work directory and process: first with an empty XLA compilation cache
 (a fresh model.cache_dir whose converted 270M checkpoint is a link to the
 usual one, so only compilation is cold), then again with the cache the
@@ -99,15 +102,15 @@ def compile_breakdown(recorded: dict) -> dict:
   return out
 
 
-def run(cache_dir: pathlib.Path, workdir: pathlib.Path, steps: int) -> dict:
+def run(cache_dir: pathlib.Path, workdir: pathlib.Path, steps: int, start_eval: bool) -> dict:
   from gemma_grpo import metrics  # pylint: disable=g-import-not-at-top
 
   spans_file = workdir.parent / f"{workdir.name}_spans.json"
   proc = subprocess.run(
       [sys.executable, "-c", TRAIN_WITH_SPANS, "--config", "configs/gemma3_270m.py",
        "--workdir", str(workdir), f"--config.model.cache_dir={cache_dir}",
-       f"--config.train.max_steps={steps}", "--config.eval.every_steps=0",
-       f"--config.ckpt.every_steps={steps}"],
+       f"--config.train.max_steps={steps}", f"--config.ckpt.every_steps={steps}",
+       *([] if start_eval else ["--config.eval.every_steps=0"])],
       cwd=REPO, capture_output=True, text=True, check=False,
       env={**os.environ, "COMPILE_SPANS": str(spans_file)})
   found = FIRST_STEP.search(proc.stderr)
@@ -130,6 +133,8 @@ def run(cache_dir: pathlib.Path, workdir: pathlib.Path, steps: int) -> dict:
 def main() -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=4)
+  parser.add_argument("--start-eval", action="store_true",
+                      help="keep the README default's eval of the starting policy before step 1")
   args = parser.parse_args()
   converted = pathlib.Path(os.path.expanduser("~/.cache/gemma_grpo/gemma-3-270m"))
   if not converted.is_dir():
@@ -138,7 +143,7 @@ def main() -> int:
     cache = pathlib.Path(tmp) / "cache"
     cache.mkdir()
     (cache / converted.name).symlink_to(converted)
-    rows = [(label, run(cache, pathlib.Path(tmp) / label, args.steps)) for label in ("cold", "warm")]
+    rows = [(label, run(cache, pathlib.Path(tmp) / label, args.steps, args.start_eval)) for label in ("cold", "warm")]
   print("cache | command -> end of step 1 | step 1 | median of steps 2.. | step 1 / median")
   for label, r in rows:
     print(f"{label} | {r['to_first_step_s']} s | {r['first_step_s']:.1f} s | {r['median_step_s']:.1f} s"
