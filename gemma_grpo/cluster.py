@@ -87,6 +87,16 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
     with self.r2m[rl_cluster_lib.Role.ACTOR]:
       self.actor_trainer.precompile_train_step(example)
 
+  def in_update_context(self):
+    """The mesh context Tunix's update_actor holds while the trainer's hooks run.
+
+    JAX keys its traces on the stack of mesh contexts, and an eval run from
+    a training hook generates inside this one: an eval outside training
+    entered through it shares their compiled programs instead of compiling
+    its own.
+    """
+    return self.r2m[rl_cluster_lib.Role.ACTOR]
+
   def sync_weights(self):
     """Tunix's sync (when rollout and actor do not share a model), no anchor."""
     filter_types = (nnx.LoRAParam,)

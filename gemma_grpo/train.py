@@ -213,7 +213,8 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
   if heldout and c.eval.every_steps and trainer.train_steps == 0:
     # The starting point: what every later eval (and the end line) compares with.
     logging.info("Evaluating the starting policy on %d held-out problems", len(heldout))
-    writer.scalars(evaluate_heldout(0), 0)
+    with cluster.in_update_context():  # where later evals run: one program for all
+      writer.scalars(evaluate_heldout(0), 0)
     writer.finish_through(0)
     phases.done("held-out eval of the starting policy")
 
