@@ -165,15 +165,23 @@ class Lease:
     return json.dumps(dataclasses.asdict(self._mine)) + "\n"
 
   def _create_exclusively(self) -> bool:
-    """Local only: creates the lease file unless it exists. False on GCS."""
+    """Local only: creates the lease file, record and all, unless it exists. False on GCS.
+
+    The record is written aside and hard-linked into place, so the lease
+    appears complete or not at all: a file created empty and written after
+    could be read as "no lease" by a trainer starting at that moment, which
+    would then write its own over it and hold the lease too.
+    """
     if storage.is_remote(self.lock):
       return False
+    aside = self.lock.with_name(f".{self.lock.name}.{self._mine.token}")
+    aside.write_text(self._record())
     try:
-      fd = os.open(os.fspath(self.lock), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+      os.link(aside, self.lock)
     except FileExistsError:
       return False
-    with os.fdopen(fd, "w") as f:
-      f.write(self._record())
+    finally:
+      aside.unlink(missing_ok=True)
     return True
 
   def _write(self) -> None:

@@ -115,6 +115,44 @@ def test_of_two_trainers_starting_at_once_exactly_one_gets_the_lease(work):
   leases[0].release()
 
 
+def test_a_lease_still_being_written_is_never_taken_for_none(tmp_path, monkeypatch):
+  # The first trainer stalls while writing its record (a busy host), the
+  # second starts meanwhile: it must not read the lease as absent and take it.
+  # Local disks only: a bucket has no atomic create, and there the settle
+  # time (workdir_lock.SETTLE_S) is what bounds a stall between two writers.
+  work = storage.path(tmp_path / "run")
+  record = workdir_lock.Lease._record
+  first_writing = threading.Event()
+
+  def slow_first_record(self):
+    if not first_writing.is_set():
+      first_writing.set()
+      time.sleep(0.5)
+    return record(self)
+
+  monkeypatch.setattr(workdir_lock.Lease, "_record", slow_first_record)
+  results = []
+
+  def take():
+    try:
+      results.append(workdir_lock.Lease(work, settle_s=0.1).acquire())
+    except errors.UserError as e:
+      results.append(e)
+
+  threads = [threading.Thread(target=take) for _ in range(2)]
+  threads[0].start()
+  assert first_writing.wait(timeout=10)
+  threads[1].start()
+  for t in threads:
+    t.join()
+  leases = [r for r in results if isinstance(r, workdir_lock.Lease)]
+  names = [p.name for p in work.iterdir()]
+  for lease in leases:
+    lease.release()
+  assert len(leases) == 1, results
+  assert names == [workdir_lock.LOCK_NAME]  # no record left aside
+
+
 LOSER = """
 import sys, time
 from gemma_grpo import storage, workdir_lock
