@@ -11,7 +11,8 @@ once, and one that was killed frees it within STALE_AFTER_S.
 Taking the lease works the same on a local disk and in a bucket: read it,
 write our record, wait SETTLE_S, read it back; of two trainers that start in
 the same instant, the later write wins and the other refuses. (gcsfs has no
-create-if-absent; locally the first create is O_EXCL as well.) Every
+create-if-absent; locally the first create is also atomic: the record is
+hard-linked into place, so no trainer ever reads a lease half written.) Every
 heartbeat reads the lease before rewriting it: a trainer that finds another's
 record (it was frozen past STALE_AFTER_S and was taken over) stops at once,
 writing nothing more, with exit code 2.
