@@ -95,16 +95,17 @@ def test_the_heartbeat_keeps_the_lease_fresh(work):
   assert later > first
 
 
+def _take_lease(work, settle_s: float, results: list) -> None:
+  """A trainer starting: appends its Lease, or the UserError refusing it."""
+  try:
+    results.append(workdir_lock.Lease(work, settle_s=settle_s).acquire())
+  except errors.UserError as e:
+    results.append(e)
+
+
 def test_of_two_trainers_starting_at_once_exactly_one_gets_the_lease(work):
   results = []
-
-  def take():
-    try:
-      results.append(workdir_lock.Lease(work, settle_s=0.5).acquire())
-    except errors.UserError as e:
-      results.append(e)
-
-  threads = [threading.Thread(target=take) for _ in range(2)]
+  threads = [threading.Thread(target=_take_lease, args=(work, 0.5, results)) for _ in range(2)]
   for t in threads:
     t.start()
   for t in threads:
@@ -132,14 +133,7 @@ def test_a_lease_still_being_written_is_never_taken_for_none(tmp_path, monkeypat
 
   monkeypatch.setattr(workdir_lock.Lease, "_record", slow_first_record)
   results = []
-
-  def take():
-    try:
-      results.append(workdir_lock.Lease(work, settle_s=0.1).acquire())
-    except errors.UserError as e:
-      results.append(e)
-
-  threads = [threading.Thread(target=take) for _ in range(2)]
+  threads = [threading.Thread(target=_take_lease, args=(work, 0.1, results)) for _ in range(2)]
   threads[0].start()
   assert first_writing.wait(timeout=10)
   threads[1].start()
