@@ -12,6 +12,8 @@ dot_general (nnx.Linear, kernel [in, out]) gains `(alpha/r) * x·A·B` with A
 
 from __future__ import annotations
 
+import threading
+
 import ml_collections
 import numpy as np
 
@@ -67,6 +69,45 @@ def _add_adapters(base, provider, rngs, mesh):
   return actor
 
 
+_holders: dict[type, threading.Thread] = {}
+_holders_lock = threading.Lock()
+
+
+def keep_interception_installed(provider_type: type) -> None:
+  """Keeps Qwix's patches of JAX functions installed for the rest of the process.
+
+  A Qwix model's call patches jnp.asarray, jnp.einsum, lax.dot_general and
+  others process-wide and unpatches them when the last such call in any
+  thread returns. A thread that entered a patched function just before then
+  looks its original up after it is gone: KeyError from inside jnp.asarray.
+  Tunix traces the policy (train step, log-probs) in one thread while another
+  runs rollouts, and our train step compiles beside the first rollout, so
+  the two overlap. An idle thread holding an interception of the same names
+  open means they are never unpatched; threads outside a Qwix call still get
+  the original functions (one lock and lookup more per call). Seam touch 9.
+  """
+  from qwix._src import interception  # pylint: disable=g-import-not-at-top
+
+  with _holders_lock:
+    if provider_type in _holders:
+      return
+    holder_provider = provider_type(rules=[])  # intercepts the same names, rewrites nothing
+    entered = threading.Event()
+
+    def hold_open():
+      entered.set()
+      threading.Event().wait()  # until the process exits (daemon thread)
+
+    held = hold_open
+    for get_interceptor in holder_provider.get_interceptors():
+      held = interception.wrap_func_intercepted(held, get_interceptor,
+                                                disable_jit=holder_provider.disable_jit)
+    thread = threading.Thread(target=held, name=f"qwix-{provider_type.__name__}-held", daemon=True)
+    thread.start()
+    entered.wait()
+    _holders[provider_type] = thread
+
+
 def num_lora_params(model) -> int:
   import jax  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
@@ -88,6 +129,7 @@ def apply(base, c: ml_collections.ConfigDict, mesh):
   provider = qwix.LoraProvider(
       module_path=f".*({c.targets})", rank=c.rank, alpha=c.alpha
   )
+  keep_interception_installed(type(provider))
   with jax.set_mesh(mesh):
     actor = _add_adapters(base, provider, nnx.Rngs(c.seed), mesh)
   actor = mesh_lib.shard_model(actor, mesh)

@@ -46,6 +46,14 @@ Each touch, why, and what upstream change would remove it:
    one mini-batch and so rolls it out once (verl's mini-batches; Tunix rolls
    out each mini-batch before its update). Removed by: an RLTrainingConfig
    field for updates per rollout.
+9. lora.keep_interception_installed holds a Qwix interception open in an
+   idle thread (qwix._src.interception.wrap_func_intercepted around a
+   provider's get_interceptors()), so Qwix never unpatches jnp.asarray and
+   the other functions it intercepts. Unpatching races with other threads:
+   one that entered a patched function just before looks up an original
+   that is gone (KeyError in jnp.asarray during a rollout, seen in CI).
+   Removed by: Qwix keeping the original function reachable from its patch
+   (or never removing patches once installed).
 
 `canaries()` checks each touch against the installed packages; tests/test_seam.py
 runs them, and a failure names the version and the touch in one line.
@@ -185,6 +193,24 @@ def _one_rollout_per_batch() -> None:
     _expect(name in train, "8", f"RLLearner.train no longer reads {name}")
 
 
+def _qwix_interception() -> None:
+  import qwix  # pylint: disable=g-import-not-at-top
+  from qwix._src import interception  # pylint: disable=g-import-not-at-top
+
+  wrap = getattr(interception, "wrap_func_intercepted", None)
+  _expect(wrap is not None and _params(wrap)[:2] == ["func", "get_interceptor"]
+          and "disable_jit" in _params(wrap),
+          "9", "qwix._src.interception.wrap_func_intercepted(func, get_interceptor, *, disable_jit) is gone")
+  provider = qwix.LoraProvider(rules=[])
+  _expect(callable(getattr(provider, "get_interceptors", None))
+          and isinstance(getattr(provider, "disable_jit", None), bool),
+          "9", "LoraProvider(rules=[]) has no get_interceptors() / disable_jit")
+  # The race is in the unpatch: the original is popped while a patch may run.
+  source = inspect.getsource(interception)
+  _expect("self._original_fns.pop(name)" in source,
+          "9", "Qwix no longer pops the original when it unpatches; the hold may be unneeded")
+
+
 def canaries() -> dict[str, Callable[[], None]]:
   """{touch: check}; a check raises TouchChanged when the internal changed shape."""
   return {
@@ -196,4 +222,5 @@ def canaries() -> dict[str, Callable[[], None]]:
       "6 Attention._query_norm/_key_norm": _qk_norm_names,
       "7 qwix skip_nnx_init/qwix_rngs": _qwix_lora_init,
       "8 RLCluster's actor config copy": _one_rollout_per_batch,
+      "9 Qwix interception held open": _qwix_interception,
   }

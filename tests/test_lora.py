@@ -148,3 +148,49 @@ def test_linear_kernels_merge_as_a_matrix_product():
   x, w, a, b = (rng.standard_normal(s) for s in [(2, 6), (6, 4), (6, 3), (3, 4)])
   merged = w + 0.5 * lora.lora_delta(types.SimpleNamespace(), "kernel", a, b)
   np.testing.assert_allclose(x @ merged, x @ w + 0.5 * (x @ a) @ b, rtol=1e-10)
+
+
+class _Identity(nnx.Module):
+  def __init__(self):
+    self.w = nnx.Param(np.ones((4, 4), np.float32))
+
+  def __call__(self, x):
+    return x
+
+
+def test_qwix_calls_in_one_thread_never_break_jax_in_another():
+  # Qwix patches jnp.asarray (and more) during a Qwix model's call, and used to
+  # unpatch it while another thread was inside it: KeyError in a rollout.
+  import sys  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  import qwix  # pylint: disable=g-import-not-at-top
+
+  c, mesh, loaded = _tiny()
+  lora.apply(loaded.model, c.lora, mesh)  # what keeps the patches installed
+  x = jax.numpy.ones((2, 4))
+  churning = qwix.apply_lora_to_model(_Identity(), qwix.LoraProvider(module_path=".*", rank=2, alpha=2.0), x)
+  stop, calls, failures = threading.Event(), [0], []
+
+  def churn():  # enters and leaves Qwix's interception as fast as it can
+    while not stop.is_set():
+      churning(x)
+      calls[0] += 1
+
+  switch_interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-6)  # thread switches anywhere: without the fix, thousands of KeyErrors/s
+  thread = threading.Thread(target=churn, daemon=True)
+  thread.start()
+  try:
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+      try:
+        jax.numpy.asarray(x)
+      except KeyError as e:
+        failures.append(e)
+  finally:
+    stop.set()
+    thread.join()
+    sys.setswitchinterval(switch_interval)
+  assert calls[0] > 100, calls  # the other thread really churned
+  assert not failures, f"{len(failures)} KeyErrors, e.g. {failures[0]!r}"
