@@ -56,7 +56,30 @@ def load(path: str) -> ml_collections.ConfigDict:
     raise errors.UserError(f"--config {_where(e, file)}: {_first_line(e)}") from None
   if not isinstance(c, ml_collections.ConfigDict):
     raise errors.UserError(f"--config: get_config() of {path} returned a {type(c).__name__}, not a ConfigDict")
+  missing = _missing_fields(c)
+  if missing:
+    shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+    raise errors.UserError(
+        f"--config: {path} lacks {shown}, which configs/base.py has; start get_config()"
+        f" from base.get_config() (as configs/gemma3_270m.py does) or add them")
   return c
+
+
+def _missing_fields(c: ml_collections.ConfigDict) -> list[str]:
+  """Fields of configs/base.py that `c` lacks (a config written for an older version)."""
+  from configs import base  # pylint: disable=g-import-not-at-top
+
+  missing = []
+
+  def walk(defaults, node, prefix):
+    for key in defaults.keys():
+      if key not in node:
+        missing.append(prefix + key)
+      elif isinstance(defaults[key], ml_collections.ConfigDict) and isinstance(node[key], ml_collections.ConfigDict):
+        walk(defaults[key], node[key], f"{prefix}{key}.")
+
+  walk(base.get_config(), c, "")
+  return missing
 
 
 def _where(e: BaseException, file: pathlib.Path) -> str:

@@ -168,3 +168,22 @@ def test_saved_config_from_another_version_is_reported(tmp_path):
 def test_missing_config_file_is_a_user_error():
   with pytest.raises(errors.UserError, match="no such file"):
     config_lib.load("configs/nope.py")
+
+
+def test_a_config_file_lacking_newer_fields_is_one_line_naming_them(tmp_path):
+  # A config written for an older version, before rollout.decode_dtype existed.
+  (tmp_path / "configs").mkdir()
+  old = tmp_path / "configs" / "old.py"
+  old.write_text(
+      "from configs import base\n"
+      "def get_config():\n"
+      "  c = base.get_config()\n"
+      "  with c.unlocked():\n"
+      "    del c.rollout['decode_dtype']\n"
+      "    del c['sft']\n"
+      "  return c\n")
+  with pytest.raises(errors.UserError) as refused:
+    config_lib.load(str(old))
+  message = str(refused.value)
+  assert "\n" not in message
+  assert f"{old} lacks rollout.decode_dtype, sft, which configs/base.py has" in message
