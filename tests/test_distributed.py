@@ -93,6 +93,7 @@ def _wait_for(path, text, timeout):
   raise AssertionError(f"{text!r} not in {path} after {timeout} s:\n{path.read_text()[-3000:]}")
 
 
+@pytest.mark.slow
 def test_two_processes_train_one_mesh_like_one_process(two_processes_four_steps,
                                                        one_process_four_steps):
   workdir = two_processes_four_steps.workdir
@@ -119,6 +120,7 @@ def test_two_processes_train_one_mesh_like_one_process(two_processes_four_steps,
                                              abs=1e-8), (step, key)
 
 
+@pytest.mark.slow
 def test_a_killed_process_stops_the_other_within_the_bound(tmp_path):
   args = [*ARGS, "--workdir", str(tmp_path / "run"), "--config.train.max_steps=50"]
   procs = start_processes(args, logdir=tmp_path)
@@ -137,6 +139,7 @@ def test_a_killed_process_stops_the_other_within_the_bound(tmp_path):
   assert "Traceback" not in _read(tmp_path, 0, "err")
 
 
+@pytest.mark.slow
 def test_a_reward_raising_in_one_process_stops_both_in_one_line(tmp_path):
   args = [*ARGS, "--workdir", str(tmp_path / "run"), "--config.train.max_steps=50",
           "--config.rewards.custom=tests.toy_rewards:fails_in_process_1"]
@@ -150,6 +153,7 @@ def test_a_reward_raising_in_one_process_stops_both_in_one_line(tmp_path):
   assert "error: process 1: exited with status 5; stopping this process too" in err0
 
 
+@pytest.mark.slow
 def test_processes_with_different_configs_refuse_to_start(tmp_path):
   args = [*ARGS, "--workdir", str(tmp_path / "run")]
   procs = start_processes(args, logdir=tmp_path, extra_args={1: ["--config.grpo.beta=0.5"]})

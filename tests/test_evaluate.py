@@ -169,6 +169,7 @@ def test_eval_bad_input_is_one_line_and_exit_2(args, message, tiny_run, problems
 # --- one decoder: the run's own eval and `gemma-grpo eval` --------------------
 
 
+@pytest.mark.slow
 def test_cli_eval_of_a_checkpoint_repeats_the_runs_own_eval_token_for_token(tmp_path):
   from conftest import LEARNING  # pylint: disable=g-import-not-at-top
   from gemma_grpo import metrics  # pylint: disable=g-import-not-at-top

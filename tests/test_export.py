@@ -409,6 +409,7 @@ def test_gguf_export_reads_back_as_the_merged_weights(exported):
   assert reader.fields["tokenizer.chat_template"].contents() == prompts.CHAT_TEMPLATE
 
 
+@pytest.mark.slow
 def test_transformers_reads_the_gguf_export_with_the_hf_exports_logits(exported):
   """transformers' own GGUF loader (gguf_file=, a reader we did not write)
   loads our GGUF export to the logits of our HF export of the same policy."""

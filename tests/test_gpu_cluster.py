@@ -71,6 +71,7 @@ def test_bad_input_exits_2_in_one_line(args, message):
   assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_slurm_job_of_two_tasks_trains_one_mesh(two_processes_four_steps):
   run = two_processes_four_steps  # launched by conftest through `gpu_cluster.sh slurm`
   assert "Submitted batch job" in run.launcher.stdout

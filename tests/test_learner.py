@@ -179,7 +179,10 @@ DAPO = ("--config.grpo.beta=0", "--config.grpo.overlong_buffer=4",
 
 
 @pytest.mark.parametrize("algorithm, extra", [
-    ("grpo", ()), ("dapo", DAPO), ("dr_grpo", ()), ("gspo", ()),
+    ("grpo", ()),
+    pytest.param("dapo", DAPO, marks=pytest.mark.slow),
+    pytest.param("dr_grpo", (), marks=pytest.mark.slow),
+    pytest.param("gspo", (), marks=pytest.mark.slow),
 ])
 def test_tiny_config_trains_two_steps_and_logs_diagnostics(tmp_path, algorithm, extra):
   workdir = tmp_path / "run"
@@ -225,6 +228,7 @@ def two_updates_per_batch(tmp_path_factory):
   return runs
 
 
+@pytest.mark.slow
 def test_mini_batches_share_one_rollout_and_the_later_ones_are_off_policy(tmp_path):
   # train.mini_batch_size=1 of batch 2: one rollout, one update per prompt (verl's mini-batches).
   run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(tmp_path),
@@ -245,6 +249,7 @@ def test_mini_batches_share_one_rollout_and_the_later_ones_are_off_policy(tmp_pa
   assert clipped(second) > 0 and clipped(first) == 0
 
 
+@pytest.mark.slow
 def test_the_second_update_of_a_batch_is_off_policy(two_updates_per_batch):
   for algorithm, rows in two_updates_per_batch.items():
     first, second = rows
@@ -261,6 +266,7 @@ def test_the_second_update_of_a_batch_is_off_policy(two_updates_per_batch):
   assert two_updates_per_batch["dapo"][0]["actor/train/clipfrac/high"] == 0
 
 
+@pytest.mark.slow
 def test_gspo_and_grpo_agree_on_policy_and_differ_off_it(two_updates_per_batch):
   grpo, gspo = two_updates_per_batch["grpo"], two_updates_per_batch["gspo"]
   # Same samples (same seed); at ratio 1 the sequence ratio's gradient is the
@@ -292,6 +298,7 @@ def test_several_updates_per_batch_must_tile_the_schedule():
     config_lib.validate(c)
 
 
+@pytest.mark.slow
 def test_a_resumed_run_with_four_updates_per_batch_continues_exactly(tmp_path):
   # Two mini-batches, each trained twice: 4 updates per batch. A constant
   # rate, so a 4-step run and the 8-step run share their first steps.

@@ -31,6 +31,7 @@ def single_device(tmp_path_factory):
 
 # Pure fsdp, and both axes at once; test_weights_are_sharded_not_replicated
 # covers (4, 2)'s layout without a training run.
+@pytest.mark.slow
 @pytest.mark.parametrize("fsdp, tp", [(8, 1), (2, 4)])
 def test_sharded_run_matches_one_device(single_device, tmp_path, fsdp, tp):
   sharded = _run(tmp_path, fsdp, tp, devices=8)

@@ -360,6 +360,7 @@ def preempted(tmp_path_factory):
   )
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_exits_143(preempted):
   assert preempted["stop_code"] == 128 + signal.SIGTERM, preempted["stop_err"][-3000:]
   (step,) = preempted["stopped_steps"]  # ckpt.every_steps=100: only the stop saved one
@@ -371,6 +372,7 @@ def test_sigterm_checkpoints_and_exits_143(preempted):
   assert not list(checkpoints.actor_dir(preempted["resumed"]).glob("*tmp*"))
 
 
+@pytest.mark.slow
 def test_a_second_trainer_on_a_live_workdir_is_refused_in_one_line(preempted):
   intruder = preempted["intruder"]
   assert intruder.returncode == 2, intruder.stderr[-3000:]
@@ -383,6 +385,7 @@ def test_a_second_trainer_on_a_live_workdir_is_refused_in_one_line(preempted):
   assert not preempted["lock_after_stop"]
 
 
+@pytest.mark.slow
 def test_rerun_resumes_to_the_end(preempted):
   resume = preempted["resume"]
   assert resume.returncode == 0, resume.stderr[-3000:]
@@ -391,6 +394,7 @@ def test_rerun_resumes_to_the_end(preempted):
   assert preempted["ref_code"] == 0, preempted["ref_err"][-3000:]
 
 
+@pytest.mark.slow
 def test_resumed_run_matches_the_uninterrupted_one_step_for_step(preempted):
   # Same program, same device count, same inputs, keys and restored state:
   # CPU XLA is deterministic, and the numbers agree to the last bit (measured).
@@ -411,6 +415,7 @@ def test_resumed_run_matches_the_uninterrupted_one_step_for_step(preempted):
     np.testing.assert_allclose(final[name], final_ref[name], rtol=1e-6, atol=1e-9, err_msg=name)
 
 
+@pytest.mark.slow
 def test_the_hub_token_is_nowhere_in_the_workdir_or_output(preempted):
   assert preempted["ref_code"] == 0
   for text in (preempted["ref_out"], preempted["ref_err"]):
@@ -457,6 +462,7 @@ def damaged_then_nan(tiny_run, tmp_path_factory):
   return dict(workdir=workdir, proc=proc, damaged_files=files)
 
 
+@pytest.mark.slow
 def test_damaged_latest_checkpoint_is_set_aside_and_the_previous_used(damaged_then_nan):
   proc, workdir = damaged_then_nan["proc"], damaged_then_nan["workdir"]
   actor = checkpoints.actor_dir(workdir)
@@ -467,6 +473,7 @@ def test_damaged_latest_checkpoint_is_set_aside_and_the_previous_used(damaged_th
   assert kept == damaged_then_nan["damaged_files"]  # user data kept as it was
 
 
+@pytest.mark.slow
 def test_nan_reward_stops_naming_the_step_and_keeps_the_last_good_checkpoint(damaged_then_nan):
   proc, workdir = damaged_then_nan["proc"], damaged_then_nan["workdir"]
   assert proc.returncode == command.EXIT_NONFINITE, proc.stderr[-3000:]

@@ -97,6 +97,7 @@ def test_sft_run_lowers_the_loss_and_writes_grpo_style_checkpoints(sft_run):
   assert checkpoints.saved_steps(sft_run)[-1] == 6
 
 
+@pytest.mark.slow
 def test_grpo_starts_from_the_merged_sft_policy(sft_run, tmp_path):
   from flax import nnx  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top

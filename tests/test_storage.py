@@ -57,6 +57,7 @@ def test_a_missing_bucket_fails_at_start_in_one_line(gcs_server):
   assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_resume_eval_and_export_from_a_bucket(tmp_path, gcs_server, tiny_run):
   # A run written into a bucket from the start is rehearsed with two processes
   # in tests/test_tpu_rehearsal.py; here one process resumes a run that was

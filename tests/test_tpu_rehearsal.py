@@ -77,6 +77,7 @@ class Cloud:
     return [json.loads(line) for line in (self.state / "calls.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_run_preempt_watch_resumes_in_the_bucket_to_the_end(tmp_path, gcs_server,
                                                             two_processes_four_steps):
   cloud = Cloud(tmp_path, gcs_server)
