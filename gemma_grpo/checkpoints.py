@@ -17,10 +17,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging as logging_lib
+import sys
 from typing import Any
 
 from absl import logging
 from etils import epath
+import numpy as np
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
@@ -82,7 +84,6 @@ def _manager(workdir: storage.PathLike):
 def read(workdir: storage.PathLike, step: int) -> Saved:
   """Every array of `step` read into host memory; raises if any is unreadable."""
   import jax  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
 
   # Installed before reading: a failed read's stale callbacks can fire while
@@ -136,8 +137,6 @@ def _silence_failed_read_noise() -> None:
   _DropOrphanedReadErrors). All are harmless once the first error is
   reported, and a user reading a traceback would think the run crashed.
   """
-  import sys  # pylint: disable=g-import-not-at-top
-
   asyncio_logger = logging_lib.getLogger("asyncio")
   if not any(isinstance(f, _DropOrphanedReadErrors) for f in asyncio_logger.filters):
     asyncio_logger.addFilter(_DropOrphanedReadErrors())
@@ -166,8 +165,6 @@ class Readable:
 
 def _examine(workdir: storage.PathLike, step: int) -> Readable | str:
   """Checkpoint `step`, read once: what it holds, or why it cannot be resumed from."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
-
   try:
     saved = read(workdir, step)
   except Exception as e:  # pylint: disable=broad-exception-caught

@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import math
 import os
 import pathlib
 import re
 import sys
+import traceback
 
 import ml_collections
 
+from configs import base
 from gemma_grpo import errors
+from gemma_grpo import rewards
+from gemma_grpo import storage
 
 ALGORITHMS = ("grpo", "dapo", "dr_grpo", "gspo")
 GEMMA_VOCAB_SIZE = 262144  # tokens of the Gemma-3 tokenizer
@@ -67,8 +72,6 @@ def load(path: str) -> ml_collections.ConfigDict:
 
 def _missing_fields(c: ml_collections.ConfigDict) -> list[str]:
   """Fields of configs/base.py that `c` lacks (a config written for an older version)."""
-  from configs import base  # pylint: disable=g-import-not-at-top
-
   missing = []
 
   def walk(defaults, node, prefix):
@@ -84,8 +87,6 @@ def _missing_fields(c: ml_collections.ConfigDict) -> list[str]:
 
 def _where(e: BaseException, file: pathlib.Path) -> str:
   """`path:line` of the deepest frame of `e` inside the config file."""
-  import traceback  # pylint: disable=g-import-not-at-top
-
   if isinstance(e, SyntaxError) and e.lineno:
     return f"{e.filename or file}:{e.lineno}"
   line = None
@@ -180,8 +181,6 @@ def _check(problems: list[str], ok: bool, message: str) -> None:
 
 def _type_problems(node: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
   """Wrong types that ml_collections lets through: None, bools as ints, NaN/Inf."""
-  from configs import base  # pylint: disable=g-import-not-at-top
-
   defaults = base.get_config()
   problems = []
 
@@ -373,8 +372,6 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
 
 
 def _reward_problems(c: ml_collections.ConfigDict) -> list[str]:
-  from gemma_grpo import rewards  # pylint: disable=g-import-not-at-top
-
   try:
     rewards.from_config(c)
   except ValueError as e:
@@ -418,8 +415,6 @@ def mesh_shape(c: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int
 
 def save(c: ml_collections.ConfigDict, path: str | os.PathLike) -> None:
   """Writes the resolved config beside the run (no secrets live in configs)."""
-  from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
-
   storage.write_text(storage.path(path), c.to_json_best_effort(indent=2) + "\n")
 
 
@@ -436,11 +431,6 @@ def _assign(node: ml_collections.ConfigDict, values: dict, prefix: str) -> None:
 
 def load_saved(path: str | os.PathLike) -> ml_collections.ConfigDict:
   """The config a run saved as JSON, rebuilt on top of base (types kept)."""
-  import json  # pylint: disable=g-import-not-at-top
-  from configs import base  # pylint: disable=g-import-not-at-top
-
-  from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
-
   file = storage.path(path)
   if not file.is_file():
     raise errors.UserError(f"{file}: missing; is this a gemma-grpo work directory?")

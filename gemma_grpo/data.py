@@ -23,6 +23,7 @@ import ml_collections
 import numpy as np
 
 from gemma_grpo import errors
+from gemma_grpo import hub
 from gemma_grpo import prompts
 
 GSM8K_HUB_ID = "openai/gsm8k"
@@ -129,8 +130,6 @@ def check_source(c: ml_collections.ConfigDict) -> None:
 
 
 def load_gsm8k_hub(split: str) -> list[Problem]:
-  from gemma_grpo import hub  # pylint: disable=g-import-not-at-top
-
   try:
     path = hub.download_file(GSM8K_HUB_ID, f"main/{split}-00000-of-00001.parquet", repo_type="dataset")
   except Exception as e:  # pylint: disable=broad-exception-caught

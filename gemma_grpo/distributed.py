@@ -36,6 +36,9 @@ import os
 import sys
 import threading
 import time
+import traceback
+
+import numpy as np
 
 from gemma_grpo import errors
 
@@ -181,7 +184,6 @@ def failures_reported():
   if _watchdog is None:
     yield
     return
-  import traceback  # pylint: disable=g-import-not-at-top
 
   try:
     yield
@@ -263,7 +265,6 @@ def check_same(what: str, text: str, fix: str) -> None:
   """
   if process_count() == 1:
     return
-  import numpy as np  # pylint: disable=g-import-not-at-top
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
   digests = np.asarray(multihost_utils.process_allgather(
@@ -278,7 +279,6 @@ def largest(value: int) -> int:
   """The largest of `value` over all processes (a collective)."""
   if process_count() == 1:
     return value
-  import numpy as np  # pylint: disable=g-import-not-at-top
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
   return int(np.asarray(multihost_utils.process_allgather(np.array([value]))).max())

@@ -32,11 +32,21 @@ import sys
 import time
 from typing import Any, Callable
 
+from huggingface_hub.utils import logging as hub_logging
+
+import configs
+from gemma_grpo import checkpoints
+from gemma_grpo import config as config_lib
 from gemma_grpo import data as data_lib
 from gemma_grpo import distributed
 from gemma_grpo import errors
+from gemma_grpo import eval_generation
+from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import metrics as metrics_lib
 from gemma_grpo import rewards
 from gemma_grpo import scoring
+from gemma_grpo import storage
+from gemma_grpo import tokenizer as tokenizer_lib
 
 DEFAULT_CONFIG = "configs/gemma3_270m.py"
 
@@ -124,11 +134,6 @@ def _check_positive(flag: str, value: int | None) -> None:
 
 def _workdir_target(path: str, step: int | None, flag: str = "--workdir"):
   """(Target, the run's config) of a work directory, its step checked."""
-  from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
-
-  from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
-
   workdir = storage.path(path)
   if not workdir.is_dir():
     raise errors.UserError(f"{flag} {path}: no such directory; pass a gemma-grpo training run")
@@ -146,7 +151,6 @@ def _workdir_target(path: str, step: int | None, flag: str = "--workdir"):
 def _default_config_path() -> str:
   if pathlib.Path(DEFAULT_CONFIG).is_file():
     return DEFAULT_CONFIG
-  import configs  # pylint: disable=g-import-not-at-top
 
   return str(pathlib.Path(configs.__file__).parent / pathlib.Path(DEFAULT_CONFIG).name)
 
@@ -154,17 +158,15 @@ def _default_config_path() -> str:
 def latest_run(runs: pathlib.Path) -> pathlib.Path | None:
   """The training run under `runs` whose newest checkpoint is the most recent."""
   found = []
-  for checkpoints in runs.glob("*/checkpoints/actor"):
-    steps = [d for d in checkpoints.iterdir() if d.is_dir() and d.name.isdigit()]
-    if steps and (checkpoints.parent.parent / "config.json").is_file():
-      found.append((max(d.stat().st_mtime for d in steps), checkpoints.parent.parent))
+  for actor_dir in runs.glob("*/checkpoints/actor"):
+    steps = [d for d in actor_dir.iterdir() if d.is_dir() and d.name.isdigit()]
+    if steps and (actor_dir.parent.parent / "config.json").is_file():
+      found.append((max(d.stat().st_mtime for d in steps), actor_dir.parent.parent))
   return max(found)[1] if found else None
 
 
 def _target_and_config(args, overrides: list[str]):
   """The Target of the command line and the config it is evaluated with."""
-  from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
-
   if args.workdir and (args.model or args.config):
     raise errors.UserError(
         "--workdir brings its own model and config (config.json); drop --model/--config")
@@ -199,8 +201,6 @@ def _target_and_config(args, overrides: list[str]):
 
 def _decoding(args, c):
   """eval_generation.Decoding and k from the flags, defaults from the config."""
-  from gemma_grpo import eval_generation  # pylint: disable=g-import-not-at-top
-
   k = args.num_samples
   _check_positive("--num-samples", k)
   _check_positive("--max-new-tokens", args.max_new_tokens)
@@ -305,8 +305,6 @@ def _load_problems(args, c) -> tuple[list[data_lib.Problem], dict[str, Any]]:
 
 
 def _load_gsm8k_hub(split: str) -> list[data_lib.Problem]:
-  from huggingface_hub.utils import logging as hub_logging  # pylint: disable=g-import-not-at-top
-
   verbosity = hub_logging.get_verbosity()
   hub_logging.set_verbosity_error()  # no retry chatter
   try:
@@ -373,9 +371,6 @@ def _load_policy(target: Target, c, mesh):
 def evaluate(target: Target, c, plan: Plan, mesh, *,
              contaminated: bool) -> tuple[dict, list[dict]]:
   """Generates and scores; returns the eval.json report and sample records."""
-  from gemma_grpo import eval_generation  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-
   start = time.perf_counter()
   model, tokenizer = _load_policy(target, c, mesh)
   stop_ids = tokenizer_lib.stop_token_ids(tokenizer)
@@ -518,9 +513,6 @@ def main(argv: list[str] | None = None) -> int:
     reason = contamination(target, args.data, data_info.get("split"))
     if reason:
       _warn_contaminated(reason)
-    from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-    from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
-    from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
 
     out = storage.path(args.out) if args.out else target.default_out()
     distributed.initialize(distributed.resolve_rank(args))

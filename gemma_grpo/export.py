@@ -20,6 +20,7 @@ half-written behind.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pathlib
@@ -31,10 +32,15 @@ import uuid
 
 from absl import logging
 import numpy as np
+import safetensors.numpy
 
+from configs import base
 from gemma_grpo import errors
+from gemma_grpo import gguf_io
 from gemma_grpo import hub
 from gemma_grpo import lora
+from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import metrics as metrics_lib
 from gemma_grpo import model_card
 from gemma_grpo import prompts
 from gemma_grpo import seam
@@ -151,8 +157,6 @@ def shard_names(tensors: dict[str, np.ndarray], max_bytes: int) -> list[list[str
 def write_safetensors(tensors: dict[str, np.ndarray], out_dir: pathlib.Path,
                       max_bytes: int) -> list[str]:
   """model.safetensors, or shards plus model.safetensors.index.json."""
-  import safetensors.numpy  # pylint: disable=g-import-not-at-top
-
   shards = shard_names(tensors, max_bytes)
   metadata = {"format": "pt"}
   if len(shards) == 1:
@@ -254,8 +258,6 @@ def gguf_vocabulary(tokenizer_dir: pathlib.Path):
   GGUF's pieces and types exactly (re-reading the 262k-entry arrays with
   GGUFReader would take ~30 s), and the tokenizer training used.
   """
-  from gemma_grpo import gguf_io  # pylint: disable=g-import-not-at-top
-
   if (tokenizer_dir / "tokenizer.model").is_file():
     return gguf_io.sentencepiece_vocabulary(tokenizer_dir / "tokenizer.model")
   if (tokenizer_dir / "tokenizer.json").is_file():
@@ -304,8 +306,6 @@ def _publish(tmp: pathlib.Path, out: pathlib.Path) -> None:
 def export_hf(policy, workdir: pathlib.Path, out_dir: pathlib.Path, *,
               dtype: str = "float32", max_shard_size: str = "2GB") -> list[str]:
   """Writes the merged policy into `out_dir` as an HF Gemma3ForCausalLM."""
-  from gemma_grpo import gguf_io  # pylint: disable=g-import-not-at-top
-
   max_bytes = parse_size(max_shard_size)
   tensors = merged_tensors(policy)
   config = text_config(policy, tensors, dtype)
@@ -327,8 +327,6 @@ def export_hf(policy, workdir: pathlib.Path, out_dir: pathlib.Path, *,
 def export_gguf(policy, workdir: pathlib.Path, out_dir: pathlib.Path, *,
                 dtype: str = "float32") -> list[str]:
   """Writes the merged policy into `out_dir` as one GGUF file (and a card)."""
-  from gemma_grpo import gguf_io  # pylint: disable=g-import-not-at-top
-
   tensors = merged_tensors(policy)
   config = text_config(policy, tensors, dtype)
   gguf_io.write_gguf(
@@ -380,8 +378,6 @@ def export(workdir: str | os.PathLike, out: str | os.PathLike, *, step: int | No
            dtype: str = "float32", fmt: str = "hf", max_shard_size: str = "2GB",
            overwrite: bool = False, push_to_hub_repo: str | None = None) -> pathlib.Path:
   """Restores `workdir`'s policy at `step`, merges it and writes `out`."""
-  from configs import base  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import policy as policy_lib  # pylint: disable=g-import-not-at-top
 
   workdir = storage.path(workdir)
@@ -403,8 +399,6 @@ def export(workdir: str | os.PathLike, out: str | os.PathLike, *, step: int | No
 
 def main(argv: list[str] | None = None) -> int:
   """`gemma-grpo export --workdir DIR --out DIR [options]`."""
-  import argparse  # pylint: disable=g-import-not-at-top
-
   argv = list(sys.argv[1:] if argv is None else argv)
   parser = argparse.ArgumentParser(
       prog="gemma-grpo export", description=__doc__.splitlines()[0],
@@ -423,8 +417,6 @@ def main(argv: list[str] | None = None) -> int:
                       help="upload the export to this private hub repo (token: HF_TOKEN, else `hf auth login`)")
   args = parser.parse_args(argv)
   with errors.exit_on_user_error():
-    from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
-
     metrics_lib.configure_logging()
     export(args.workdir, args.out, step=args.step, dtype=args.dtype, fmt=args.fmt,
            max_shard_size=args.max_shard_size, overwrite=args.overwrite,

@@ -21,6 +21,10 @@ import shutil
 import tempfile
 
 import numpy as np
+import safetensors.numpy
+from sentencepiece import sentencepiece_model_pb2
+import tokenizers
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
 from gemma_grpo import prompts
 
@@ -149,8 +153,6 @@ def build_tokenizer(pieces: list[str], scores: list[float], types: list[int]):
   Control and user-defined pieces become added tokens, so chat markers such as
   <start_of_turn> in prompt text map to their single ids.
   """
-  import tokenizers  # pylint: disable=g-import-not-at-top
-  from tokenizers import decoders, models, normalizers, pre_tokenizers, processors  # pylint: disable=g-import-not-at-top,g-multiple-import
   from transformers import GemmaTokenizer  # pylint: disable=g-import-not-at-top
   from transformers.tokenization_utils_base import generate_merges  # pylint: disable=g-import-not-at-top
 
@@ -198,7 +200,6 @@ def convert_to_hf_dir(gguf_path: str | os.PathLike, out_dir: str | os.PathLike):
   conversion never leaves a half-written directory that later runs trust.
   """
   import gguf  # pylint: disable=g-import-not-at-top
-  import safetensors.numpy  # pylint: disable=g-import-not-at-top
   from transformers import Gemma3TextConfig  # pylint: disable=g-import-not-at-top
 
   out_dir = pathlib.Path(out_dir)
@@ -240,8 +241,6 @@ def sentencepiece_vocabulary(model_file: str | os.PathLike):
 
   Sentencepiece's piece types (NORMAL=1 ... BYTE=6) are GGUF's token types.
   """
-  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
-
   proto = sentencepiece_model_pb2.ModelProto()
   proto.ParseFromString(pathlib.Path(model_file).read_bytes())
   return (

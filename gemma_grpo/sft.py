@@ -16,6 +16,7 @@ into the base, which then is also the KL reference).
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -23,10 +24,16 @@ from absl import logging
 import ml_collections
 import numpy as np
 
+from gemma_grpo import checkpoints
 from gemma_grpo import command
 from gemma_grpo import config as config_lib
+from gemma_grpo import console
 from gemma_grpo import data as data_lib
 from gemma_grpo import errors
+from gemma_grpo import lora
+from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import metrics as metrics_lib
+from gemma_grpo import plots
 from gemma_grpo import prompts
 from gemma_grpo import storage
 
@@ -97,7 +104,6 @@ def batches(tokens, masks, batch_size: int, seed: int):
 def _progress_hooks(writer, max_steps: int, on_step):
   """Per-step rows (console, metrics.jsonl), the step bar, and a stop on a
   non-finite loss."""
-  import math  # pylint: disable=g-import-not-at-top
   from tunix.sft import hooks as tunix_hooks  # pylint: disable=g-import-not-at-top
 
   from gemma_grpo import guards  # pylint: disable=g-import-not-at-top
@@ -136,12 +142,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   from tunix.sft import metrics_logger  # pylint: disable=g-import-not-at-top
   from tunix.sft import peft_trainer  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import checkpoints  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import console  # pylint: disable=g-import-not-at-top
   from gemma_grpo import guards  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import optim  # pylint: disable=g-import-not-at-top
   from gemma_grpo import policy as policy_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import trainers  # pylint: disable=g-import-not-at-top
@@ -222,8 +223,6 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
     return command.stopped(stop, checkpoints.actor_dir(work), trainer.train_steps)
   logging.info("SFT done: %d steps in %s", trainer.train_steps, work)
   if jax.process_index() == 0:
-    from gemma_grpo import plots  # pylint: disable=g-import-not-at-top
-
     logging.info("Plots: %s", ", ".join(str(p) for p in plots.write_plots(work)))
   return 0
 

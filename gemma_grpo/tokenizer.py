@@ -12,6 +12,9 @@ import json
 import pathlib
 from typing import Sequence
 
+import sentencepiece as spm
+import tokenizers
+
 from gemma_grpo import errors
 
 _GEMMA_SPECIALS = {"pad": "<pad>", "eos": "<eos>", "bos": "<bos>"}
@@ -21,8 +24,6 @@ class JsonTokenizer:
   """A `tokenizer.json` tokenizer; encode() adds <bos> like HF's does."""
 
   def __init__(self, directory: pathlib.Path):
-    import tokenizers  # pylint: disable=g-import-not-at-top
-
     self._tok = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
     self._ids = {}
     names = _special_token_names(directory)
@@ -58,8 +59,6 @@ class SentencePieceTokenizer:
   """A sentencepiece `tokenizer.model`; encode() adds <bos>."""
 
   def __init__(self, path: pathlib.Path):
-    import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-
     self._sp = spm.SentencePieceProcessor(model_file=str(path))
     if self._sp.pad_id() < 0:
       raise errors.UserError(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import traceback
 
 from absl import logging
 from etils import epath
@@ -23,8 +24,17 @@ import ml_collections
 from gemma_grpo import checkpoints
 from gemma_grpo import command
 from gemma_grpo import config as config_lib
+from gemma_grpo import console
+from gemma_grpo import data as data_lib
 from gemma_grpo import errors
+from gemma_grpo import lora
+from gemma_grpo import mesh as mesh_lib
+from gemma_grpo import metrics as metrics_lib
+from gemma_grpo import plots
+from gemma_grpo import rewards
+from gemma_grpo import scoring
 from gemma_grpo import storage
+from gemma_grpo import tokenizer as tokenizer_lib
 
 
 
@@ -45,8 +55,6 @@ def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Start
   its checkpoints (the newest is read whole once, here).
   """
   import jax  # pylint: disable=g-import-not-at-top
-
-  from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
 
   config_lib.mesh_shape(c.mesh, jax.device_count())
   fsdp, _ = config_lib.mesh_shape(c.mesh, jax.device_count())
@@ -95,19 +103,11 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
   from tunix.rl import rl_cluster as rl_cluster_lib  # pylint: disable=g-import-not-at-top
 
   from gemma_grpo import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import console  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import guards  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import scoring  # pylint: disable=g-import-not-at-top
   from gemma_grpo import step_hooks  # pylint: disable=g-import-not-at-top
   from gemma_grpo import learner as learner_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import optim  # pylint: disable=g-import-not-at-top
   from gemma_grpo import policy as policy_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import rewards  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   work = start.work
   mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
@@ -261,8 +261,6 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
   if is_chief and len(evals) >= 2:
     print(heldout_summary(evals[0], evals[-1], len(heldout), trainer.train_steps), flush=True)
   if is_chief:
-    from gemma_grpo import plots  # pylint: disable=g-import-not-at-top
-
     logging.info("Plots: %s", ", ".join(str(p) for p in plots.write_plots(work)))
   return 0
 
@@ -279,8 +277,6 @@ def heldout_summary(first: dict[str, float], last: dict[str, float], num_problem
 
 def _print_user_frames(error: BaseException) -> None:
   """The traceback of a user's reward function, without Tunix's or our frames."""
-  import traceback  # pylint: disable=g-import-not-at-top
-
   ours = (os.path.dirname(__file__), os.sep + "tunix" + os.sep)
   frames = [f for f in traceback.extract_tb(error.__traceback__)
             if not any(part in f.filename for part in ours)]

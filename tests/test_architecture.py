@@ -93,3 +93,53 @@ def test_readme_module_map_names_every_module_once_and_matches_the_imports():
   line_of = {m: i for i, layer in enumerate(layers) for m in layer}
   upward = [(m, t) for m, targets in edges.items() for t in targets if line_of[t] < line_of[m]]
   assert not upward, f"imports that point up README's map: {upward}"
+
+
+# Third-party packages whose import takes 0.1 s to seconds here (JAX and what
+# builds on it, plotting, symbolic math): the CLI imports them only once the
+# input has been checked, so bad input fails in a fraction of a second.
+DEFERRED = ("jax", "flax", "tunix", "qwix", "orbax", "optax", "grain", "transformers", "torch",
+            "matplotlib", "tensorboardX", "sympy", "math_verify", "ml_dtypes", "reasoning_gym",
+            "pyarrow", "gguf")
+
+
+def _imported_names(node) -> list[str]:
+  if isinstance(node, ast.Import):
+    return [a.name for a in node.names]
+  if node.module in ("gemma_grpo", "configs"):
+    return [f"{node.module}.{a.name}" for a in node.names]
+  return [node.module]
+
+
+def _module_level_imports(path: pathlib.Path) -> list[str]:
+  return [name for node in ast.parse(path.read_text()).body
+          if isinstance(node, (ast.Import, ast.ImportFrom)) for name in _imported_names(node)]
+
+
+def heavy_modules() -> set[str]:
+  """gemma_grpo modules whose import (at module level, transitively) pulls in a DEFERRED package."""
+  top = {p.stem: _module_level_imports(p) for p in PACKAGE.glob("*.py")}
+  heavy: set[str] = set()
+  while True:
+    more = {m for m, names in top.items() if m not in heavy and any(
+        n.split(".")[0] in DEFERRED or (n.startswith("gemma_grpo.") and n.split(".")[1] in heavy)
+        for n in names)}
+    if not more:
+      return heavy
+    heavy |= more
+
+
+def test_function_local_imports_are_only_of_what_is_slow_to_import():
+  heavy = heavy_modules()
+  assert {"policy", "cluster", "rollout"} <= heavy and not {"config", "errors"} & heavy
+  light = []
+  for path in sorted(PACKAGE.glob("*.py")):
+    for function in ast.walk(ast.parse(path.read_text())):
+      if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        continue
+      for node in ast.walk(function):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+          light += [f"{path.name}:{node.lineno} {name}" for name in _imported_names(node)
+                    if name.split(".")[0] not in DEFERRED
+                    and not (name.startswith("gemma_grpo.") and name.split(".")[1] in heavy)]
+  assert not light, f"import these at module level: {light}"
