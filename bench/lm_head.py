@@ -17,8 +17,9 @@ runs it), this times (jitted, median of --repeats after a warm-up):
               transpose to [B, V]
   [B, V] + top-k 50 and [V, B]^T + top-k 50: the same followed by the
               sampler's top-k, as the decode step uses the logits
-  engine      gemma_grpo.rollout._lm_head, which takes [V, B]^T for a float32
-              head and [B, V] otherwise, with the top-k
+  engine      gemma_grpo.rollout._project (the LM head and every decode
+              dot), which takes [V, B]^T for a float32 head and [B, V]
+              otherwise, with the top-k
 
 and the ratios [B, V] / [V, B]^T. Asserts nothing.
 """
@@ -82,7 +83,7 @@ def main() -> int:
           ("old", row_major), ("new", column_major),
           ("old_k", lambda x, h: top_k(row_major(x, h))),
           ("new_k", lambda x, h: top_k(column_major(x, h))),
-          ("engine_k", lambda x, h: top_k(rollout._lm_head(x, h))))}  # pylint: disable=protected-access
+          ("engine_k", lambda x, h: top_k(rollout._project(x, h))))}  # pylint: disable=protected-access
       print(f"{jnp.dtype(dtype).name} | {rows} | {read:.1f} | {timed['old']:.1f}"
             f" | {timed['new']:.1f} | {timed['old_k']:.1f} | {timed['new_k']:.1f}"
             f" | {timed['engine_k']:.1f} | {timed['old'] / timed['new']:.2f}"

@@ -12,9 +12,10 @@ engine) instead
   its KV cache over the group;
 - before decoding, merges the adapters into one float copy of the projection
   weights (W + (alpha / r)·A·B, the policy's own weights up to rounding),
-  laid out for the decode dots: [D, N·H] queries, [D, 2·K·H] keys and values,
-  [N·H, D] output, [D, 2·F] gate and up, [F, D] down. The copy (0.4 GB for
-  Gemma-3-270M in float32) lives for one `generate` call;
+  each laid out [out, in] for the decode dots (`_project`): [N·H, D]
+  queries, [2·K·H, D] keys and values, [D, N·H] output, [2·F, D] gate and
+  up, [D, F] down. The copy (0.4 GB for Gemma-3-270M in float32) lives for
+  one `generate` call;
 - keeps the cache as [B, K, S, H] so the attention dots read it in place.
 
 `decode_dtype="bfloat16"` (rollout.decode_dtype) holds that copy and a copy
@@ -64,15 +65,15 @@ class LayerWeights:
   """One decoder layer's weights, adapters merged, laid out for decoding."""
 
   attn_norm_D: jax.Array
-  query_DxNH: jax.Array
-  key_value_Dx2KH: jax.Array
+  query_NHxD: jax.Array
+  key_value_2KHxD: jax.Array
   query_norm_H: jax.Array
   key_norm_H: jax.Array
-  out_NHxD: jax.Array
+  out_DxNH: jax.Array
   post_attn_norm_D: jax.Array
   ffw_norm_D: jax.Array
-  gate_up_Dx2F: jax.Array
-  down_FxD: jax.Array
+  gate_up_2FxD: jax.Array
+  down_DxF: jax.Array
   post_ffw_norm_D: jax.Array
 
 
@@ -92,9 +93,22 @@ class LayerShape:
 DECODE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
-def _matmul(x, w):
-  """x @ w with x rounded to w's dtype, accumulated in float32, returned in x's dtype."""
-  return jnp.matmul(x.astype(w.dtype), w, preferred_element_type=jnp.float32).astype(x.dtype)
+def _project(x_BxI, w_OxI):
+  """x @ w.T for decode's few rows, accumulated in float32, in x's dtype.
+
+  Weights are laid out [out, in]. XLA:CPU's float32 dot writing [B, O]
+  reads them well below the streaming rate, writing [O, B] near it; the
+  barrier keeps XLA from folding the transpose back into the dot. A
+  bfloat16 weight is fastest writing [B, O] directly. Per token of 8 rows of
+  the 270M: the LM head 40 against 60 ms (bench/lm_head.py), the layers'
+  projections 29 against 39 ms in float32 and 17 against 25 ms in bfloat16
+  against their [in, out] layout (bench/decode_dots.py; docs/results).
+  """
+  x_BxI, dtype = x_BxI.astype(w_OxI.dtype), x_BxI.dtype
+  if w_OxI.dtype != jnp.float32:
+    return jnp.einsum("bi,oi->bo", x_BxI, w_OxI, preferred_element_type=jnp.float32).astype(dtype)
+  y_OxB = jnp.einsum("bi,oi->ob", x_BxI, w_OxI)
+  return jax.lax.optimization_barrier(y_OxB).T.astype(dtype)
 
 
 def _merged(module, name: str, scale: float) -> jax.Array:
@@ -136,17 +150,17 @@ def decode_weights(model, lora_scale: float, dtype=jnp.float32) -> list[LayerWei
     n, d, h = q_NxDxH.shape
     layers.append(LayerWeights(
         attn_norm_D=layer.pre_attention_norm.scale.value,
-        query_DxNH=q_NxDxH.transpose(1, 0, 2).reshape(d, n * h).astype(dtype),
-        key_value_Dx2KH=kv_2xKxDxH.transpose(2, 0, 1, 3).reshape(d, -1).astype(dtype),
+        query_NHxD=q_NxDxH.transpose(0, 2, 1).reshape(n * h, d).astype(dtype),
+        key_value_2KHxD=kv_2xKxDxH.transpose(0, 1, 3, 2).reshape(-1, d).astype(dtype),
         query_norm_H=attn._query_norm.scale.value,  # pylint: disable=protected-access
         key_norm_H=attn._key_norm.scale.value,  # pylint: disable=protected-access
-        out_NHxD=out_NxHxD.reshape(n * h, d).astype(dtype),
+        out_DxNH=out_NxHxD.reshape(n * h, d).T.astype(dtype),
         post_attn_norm_D=layer.post_attention_norm.scale.value,
         ffw_norm_D=layer.pre_ffw_norm.scale.value,
-        gate_up_Dx2F=jnp.concatenate([_merged(mlp.gate_proj, "kernel", lora_scale),
+        gate_up_2FxD=jnp.concatenate([_merged(mlp.gate_proj, "kernel", lora_scale),
                                       _merged(mlp.up_proj, "kernel", lora_scale)],
-                                     axis=1).astype(dtype),
-        down_FxD=_merged(mlp.down_proj, "kernel", lora_scale).astype(dtype),
+                                     axis=1).T.astype(dtype),
+        down_DxF=_merged(mlp.down_proj, "kernel", lora_scale).T.astype(dtype),
         post_ffw_norm_D=layer.post_ffw_norm.scale.value,
     ))
   return layers
@@ -169,8 +183,8 @@ def _decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, positio
   batch = x_BxD.shape[0]
   n, k, h = shape.num_heads, shape.num_kv_heads, shape.head_dim
   normed_BxD = _rms_norm(x_BxD, w.attn_norm_D)
-  query_BxNxH = _matmul(normed_BxD, w.query_DxNH).reshape(batch, n, h)
-  kv_Bx2xKxH = _matmul(normed_BxD, w.key_value_Dx2KH).reshape(batch, 2, k, h)
+  query_BxNxH = _project(normed_BxD, w.query_NHxD).reshape(batch, n, h)
+  kv_Bx2xKxH = _project(normed_BxD, w.key_value_2KHxD).reshape(batch, 2, k, h)
   query_BxNxH = _rms_norm(query_BxNxH, w.query_norm_H)
   new_key_BxKxH = _rms_norm(kv_Bx2xKxH[:, 0], w.key_norm_H)
   rope = functools.partial(gemma3.apply_rope, head_dim=h, base_frequency=shape.rope_base,
@@ -192,11 +206,11 @@ def _decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, positio
   logits_BxKxGxS = jnp.where(visible_BxS[:, None, None, :], logits_BxKxGxS, gemma3.K_MASK)
   probs_BxKxGxS = jax.nn.softmax(logits_BxKxGxS, axis=-1).astype(value_BxKxSxH.dtype)
   attended_BxNH = jnp.einsum("bkgs,bksh->bkgh", probs_BxKxGxS, value_BxKxSxH).reshape(batch, n * h)
-  x_BxD = x_BxD + _rms_norm(_matmul(attended_BxNH, w.out_NHxD), w.post_attn_norm_D)
+  x_BxD = x_BxD + _rms_norm(_project(attended_BxNH, w.out_DxNH), w.post_attn_norm_D)
 
-  gate_up_Bx2F = _matmul(_rms_norm(x_BxD, w.ffw_norm_D), w.gate_up_Dx2F)
+  gate_up_Bx2F = _project(_rms_norm(x_BxD, w.ffw_norm_D), w.gate_up_2FxD)
   gate_BxF, up_BxF = jnp.split(gate_up_Bx2F, 2, axis=-1)
-  x_BxD = x_BxD + _rms_norm(_matmul(nnx.gelu(gate_BxF) * up_BxF, w.down_FxD), w.post_ffw_norm_D)
+  x_BxD = x_BxD + _rms_norm(_project(nnx.gelu(gate_BxF) * up_BxF, w.down_DxF), w.post_ffw_norm_D)
   return x_BxD, keys_LxBxKxSxH, values_LxBxKxSxH
 
 
@@ -254,22 +268,6 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
           repeat(positions_UxP[:, -1]) + 1, valid_BxP)
 
 
-def _lm_head(x_BxD, head_VxD):
-  """Logits of B rows; a float32 head is read once into [V, B], then transposed.
-
-  XLA:CPU's float32 dot writing [B, V] from the [V, D] head reads it well
-  below the streaming rate, writing [V, B] near it (8 rows of the 270M: 40
-  against 60 ms, summing the head 25 ms); the barrier keeps XLA from folding
-  the transpose back into the dot. A bfloat16 head is faster the plain way
-  (bench/lm_head.py, docs/results/lm_head.txt).
-  """
-  x_BxD = x_BxD.astype(head_VxD.dtype)
-  if head_VxD.dtype != jnp.float32:
-    return jnp.einsum("bd,vd->bv", x_BxD, head_VxD, preferred_element_type=jnp.float32)
-  logits_VxB = jnp.einsum("bd,vd->vb", x_BxD, head_VxD)
-  return jax.lax.optimization_barrier(logits_VxB).T
-
-
 def _token_logps(logits_BxV, token_B, sampling: Sampling):
   """log p(token) under softmax(logits / temperature): the trainer's log-prob (no top-k/top-p)."""
   logps_BxV = jax.nn.log_softmax(logits_BxV.astype(jnp.float32) / sampling.temperature, axis=-1)
@@ -303,7 +301,7 @@ def _decode(weights, embed_VxD, head_VxD, final_norm_D, first_B, first_logp_B, k
           w, shape, layer, x_BxD, position_B, width + t - 1, keys_LxBxKxSxH, values_LxBxKxSxH,
           valid_BxS)
     normed_BxD = _rms_norm(x_BxD, final_norm_D)
-    logits_BxV = _lm_head(normed_BxD, head_VxD).astype(normed_BxD.dtype)
+    logits_BxV = _project(normed_BxD, head_VxD)  # the LM head
     token_B = sample_tokens(logits_BxV, jax.random.fold_in(rng, t), sampling)
     token_B = jnp.where(done_B, stop_ids[0], token_B)
     if with_logps:
