@@ -182,8 +182,8 @@ def test_qwix_calls_in_one_thread_never_break_jax_in_another():
   thread = threading.Thread(target=churn, daemon=True)
   thread.start()
   try:
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 30.0  # a bound for a stalled machine; normally ~1 s
+    while calls[0] < 2000 and time.monotonic() < deadline:
       try:
         jax.numpy.asarray(x)
       except KeyError as e:
@@ -192,5 +192,5 @@ def test_qwix_calls_in_one_thread_never_break_jax_in_another():
     stop.set()
     thread.join()
     sys.setswitchinterval(switch_interval)
-  assert calls[0] > 100, calls  # the other thread really churned
+  assert calls[0] >= 200, calls  # the other thread really churned
   assert not failures, f"{len(failures)} KeyErrors, e.g. {failures[0]!r}"
