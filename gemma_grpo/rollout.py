@@ -101,7 +101,7 @@ def _project(x_BxI, w_OxI):
   barrier keeps XLA from folding the transpose back into the dot. A
   bfloat16 weight is fastest writing [B, O] directly. Per token of 8 rows of
   the 270M: the LM head 40 against 60 ms (bench/lm_head.py), the layers'
-  projections 29 against 39 ms in float32 and 17 against 25 ms in bfloat16
+  projections 28 against 39 ms in float32 and 15 against 25 ms in bfloat16
   against their [in, out] layout (bench/decode_dots.py; docs/results).
   """
   x_BxI, dtype = x_BxI.astype(w_OxI.dtype), x_BxI.dtype

@@ -1,11 +1,15 @@
 """Qwix LoRA: targets, sharing of frozen weights, sharding, and the merge math."""
 
+import sys
+import threading
+import time
 import types
 
 import jax
 from flax import nnx
 import numpy as np
 import pytest
+import qwix
 
 from conftest import device_mesh
 from configs import base
@@ -161,11 +165,6 @@ class _Identity(nnx.Module):
 def test_qwix_calls_in_one_thread_never_break_jax_in_another():
   # Qwix patches jnp.asarray (and more) during a Qwix model's call, and used to
   # unpatch it while another thread was inside it: KeyError in a rollout.
-  import sys  # pylint: disable=g-import-not-at-top
-  import threading  # pylint: disable=g-import-not-at-top
-  import time  # pylint: disable=g-import-not-at-top
-  import qwix  # pylint: disable=g-import-not-at-top
-
   c, mesh, loaded = _tiny()
   lora.apply(loaded.model, c.lora, mesh)  # what keeps the patches installed
   x = jax.numpy.ones((2, 4))
