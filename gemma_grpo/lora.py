@@ -138,6 +138,8 @@ def apply(base, c: ml_collections.ConfigDict, mesh):
         f"lora.targets={c.targets!r} matched no module of this model"
     )
   share_frozen_weights(source=actor, target=base)
+  # Qwix's update scale, for the feed-forward that gemma3_rl runs itself.
+  actor.lora_scale = c.alpha / c.rank
   return actor
 
 

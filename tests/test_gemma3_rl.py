@@ -109,3 +109,52 @@ def test_hidden_states_of_the_lora_policy_include_the_adapters(tiny):
   with jax.set_mesh(mesh):
     grads = nnx.jit(nnx.grad(loss, argnums=nnx.DiffState(0, nnx.LoRAParam)))(actor)
   assert any(float(jnp.abs(g).max()) > 0 for g in jax.tree.leaves(grads))
+
+
+@pytest.mark.parametrize("argnums", [(0, 1, 2, 3), (2, 3), (0,), (1,)])
+def test_lora_dot_gradients_equal_autodiff_of_qwix_form(argnums):
+  keys = jax.random.split(jax.random.key(0), 5)
+  x = jax.random.normal(keys[0], (2, 5, 8))
+  w = jax.random.normal(keys[1], (8, 6))
+  a = jax.random.normal(keys[2], (8, 3))
+  b = jax.random.normal(keys[3], (3, 6))
+  cotangent = jax.random.normal(keys[4], (2, 5, 6))
+
+  def qwix_form(x, w, a, b):
+    return jnp.einsum("bti,io->bto", x, w) + jnp.einsum("bti,ir,ro->bto", x, a, b) * 0.7
+
+  expected = jax.grad(lambda *args: jnp.sum(qwix_form(*args) * cotangent), argnums)(x, w, a, b)
+  got = jax.jit(jax.grad(lambda *args: jnp.sum(gemma3_rl.lora_dot(*args, 0.7) * cotangent),
+                         argnums))(x, w, a, b)
+  np.testing.assert_allclose(gemma3_rl.lora_dot(x, w, a, b, 0.7), qwix_form(x, w, a, b), atol=1e-5)
+  for e, g in zip(expected, got):
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_own_feed_forward_matches_qwix_in_values_and_lora_gradients(tiny):
+  c, mesh, loaded = tiny
+  actor = lora.apply(loaded.model, c.lora, mesh)
+  state = nnx.state(actor, nnx.LoRAParam)
+  nnx.update(actor, jax.tree.map(lambda x: x + 0.05, state))
+  through_qwix = nnx.clone(actor)
+  through_qwix.lora_scale = None
+  tokens, positions, mask = _inputs()
+  weights = jax.random.normal(jax.random.key(1), (*tokens.shape, c.model.random.embed_dim))
+
+  def loss(model):
+    return (model.hidden_states(tokens, positions, mask) * weights).sum()
+
+  value_and_grad = nnx.jit(nnx.value_and_grad(loss, argnums=nnx.DiffState(0, nnx.LoRAParam)))
+  with jax.set_mesh(mesh):
+    own_program = str(jax.make_jaxpr(lambda m: loss(m))(actor))
+    assert "custom_vjp" in own_program  # the feed-forward really runs here
+    assert "custom_vjp" not in str(jax.make_jaxpr(lambda m: loss(m))(through_qwix))
+    value, grads = value_and_grad(actor)
+    expected_value, expected_grads = value_and_grad(through_qwix)
+  np.testing.assert_allclose(value, expected_value, rtol=1e-5)
+  for path, grad in nnx.to_flat_state(grads):
+    expected = dict(nnx.to_flat_state(expected_grads))[path]
+    scale = float(jnp.abs(expected.value).max())
+    np.testing.assert_allclose(grad.value, expected.value, atol=1e-4 * scale, err_msg=str(path))
+  mlp_paths = [p for p, _ in nnx.to_flat_state(grads) if "mlp" in p]
+  assert len(mlp_paths) == 6 * c.model.random.num_layers  # gate, up, down x (A, B)
