@@ -3,9 +3,10 @@
 Gemma's vocabulary has 262,144 entries, so the LM head dominates a small
 model's cost, and Tunix's log-prob path materialises float32 logits for every
 position of prompt + completion. Here the LM head runs on completion positions
-only, over vocabulary chunks with an online log-sum-exp, and the chunk is
-recomputed in the backward pass instead of stored: peak memory is one
-[B, C, chunk] block.
+only, over vocabulary chunks with an online log-sum-exp, and under
+differentiation the same pass accumulates what the gradient needs (the
+expected embedding under the softmax), so the backward pass never returns to
+the vocabulary: peak memory is one [B, C, chunk] block.
 
 Shapes: B batch, P prompt length, C completion length, D model width,
 V vocabulary, K vocabulary chunk.
@@ -33,24 +34,6 @@ def positions_and_mask(tokens_BxL: jax.Array, pad_id: int):
   return positions_BxL, mask_BxLxL
 
 
-def _chunk_stats(hidden_BxCxD, embed_KxD, valid_K, targets_BxC, start, temperature):
-  """Max, sum of exp, sum of exp * logit, and the target's logit in a chunk."""
-  logits_BxCxK = jnp.einsum(
-      "bcd,kd->bck", hidden_BxCxD, embed_KxD, preferred_element_type=jnp.float32
-  ) / temperature
-  logits_BxCxK = jnp.where(valid_K, logits_BxCxK, _NEG)
-  max_BxC = logits_BxCxK.max(axis=-1)
-  weights_BxCxK = jnp.exp(logits_BxCxK - max_BxC[..., None])
-  sum_BxC = weights_BxCxK.sum(axis=-1)
-  dot_BxC = (weights_BxCxK * logits_BxCxK).sum(axis=-1)
-  local_BxC = targets_BxC - start
-  in_chunk_BxC = (local_BxC >= 0) & (local_BxC < embed_KxD.shape[0])
-  picked_BxC = jnp.take_along_axis(
-      logits_BxCxK, jnp.clip(local_BxC, 0, embed_KxD.shape[0] - 1)[..., None], axis=-1
-  )[..., 0]
-  return max_BxC, sum_BxC, dot_BxC, jnp.where(in_chunk_BxC, picked_BxC, 0.0)
-
-
 def logps_and_entropy_from_hidden(
     hidden_BxCxD: jax.Array,
     embed_VxD: jax.Array,
@@ -58,40 +41,125 @@ def logps_and_entropy_from_hidden(
     temperature: float = 1.0,
     chunk: int = DEFAULT_CHUNK,
 ) -> tuple[jax.Array, jax.Array]:
-  """log p(target) and the entropy of softmax(hidden @ embed.T / temperature)."""
+  """log p(target) and the entropy of softmax(hidden @ embed.T / temperature).
+
+  Differentiable. The usual gradient, of the log-probs with respect to the
+  hidden states alone (the LM head frozen, the entropy a diagnostic), is
+    d log p(t) / d hidden = (embed[t] - sum_k p_k embed[k]) / temperature,
+  and the expected embedding sum_k p_k embed[k] is accumulated in the forward
+  pass, chunk by chunk like the normaliser: one [B, C, K] x [K, D] product per
+  chunk, and no backward pass over the vocabulary at all, where autodiff
+  would recompute every chunk's logits and then multiply by the embedding
+  again (three vocabulary-sized products instead of two). Gradients through
+  the entropy or into the embedding take that autodiff path.
+  """
+  chunk = min(chunk, embed_VxD.shape[0])
+  return _logps_and_entropy(hidden_BxCxD, embed_VxD, targets_BxC, float(temperature), chunk)
+
+
+def _chunked(embed_VxD, chunk: int):
+  """The embedding as [N, K, D] chunks (zero-padded) and each chunk's row ids."""
   vocab = embed_VxD.shape[0]
-  chunk = min(chunk, vocab)
   num_chunks = -(-vocab // chunk)
   padded = num_chunks * chunk
-  embed_VxD = jnp.pad(embed_VxD, ((0, padded - vocab), (0, 0)))
-  embed_NxKxD = embed_VxD.reshape(num_chunks, chunk, -1)
-  rows_NxK = jnp.arange(padded).reshape(num_chunks, chunk)
+  embed_NxKxD = jnp.pad(embed_VxD, ((0, padded - vocab), (0, 0))).reshape(num_chunks, chunk, -1)
+  return embed_NxKxD, jnp.arange(padded).reshape(num_chunks, chunk)
 
-  # Recomputing a chunk's logits in the backward pass keeps one [B, C, K]
-  # block alive instead of all of them.
+
+def _scan_vocabulary(hidden_BxCxD, embed_VxD, targets_BxC, temperature, chunk,
+                     expected_embedding: bool):
+  """Online log-sum-exp over vocabulary chunks; optionally sum_k p_k embed[k] too."""
+  vocab = embed_VxD.shape[0]
+  embed_NxKxD, rows_NxK = _chunked(embed_VxD, chunk)
+
+  # Under autodiff, recomputing a chunk's logits in the backward pass keeps
+  # one [B, C, K] block alive instead of all of them.
   @functools.partial(jax.checkpoint, prevent_cse=False)
   def body(carry, xs):
-    run_max, run_sum, run_dot, run_target = carry
+    run_max, run_sum, run_dot, run_target, run_embed = carry
     embed_KxD, rows_K = xs
-    c_max, c_sum, c_dot, c_target = _chunk_stats(
-        hidden_BxCxD, embed_KxD, rows_K < vocab, targets_BxC, rows_K[0], temperature
-    )
+    logits_BxCxK = _chunk_logits(hidden_BxCxD, embed_KxD, rows_K < vocab, temperature)
+    c_max = logits_BxCxK.max(axis=-1)
+    weights_BxCxK = jnp.exp(logits_BxCxK - c_max[..., None])
     new_max = jnp.maximum(run_max, c_max)
     old_scale, new_scale = jnp.exp(run_max - new_max), jnp.exp(c_max - new_max)
+    if expected_embedding:
+      c_embed = jnp.einsum("bck,kd->bcd", weights_BxCxK, embed_KxD,
+                           preferred_element_type=jnp.float32)
+      run_embed = run_embed * old_scale[..., None] + c_embed * new_scale[..., None]
     return (
         new_max,
-        run_sum * old_scale + c_sum * new_scale,
-        run_dot * old_scale + c_dot * new_scale,
-        run_target + c_target,
+        run_sum * old_scale + weights_BxCxK.sum(axis=-1) * new_scale,
+        run_dot * old_scale + (weights_BxCxK * logits_BxCxK).sum(axis=-1) * new_scale,
+        run_target + _picked(logits_BxCxK, targets_BxC - rows_K[0]),
+        run_embed,
     ), None
 
   zeros_BxC = jnp.zeros(targets_BxC.shape, jnp.float32)
-  init = (jnp.full(targets_BxC.shape, _NEG, jnp.float32), zeros_BxC, zeros_BxC, zeros_BxC)
-  (run_max, run_sum, run_dot, target_BxC), _ = jax.lax.scan(
-      body, init, (embed_NxKxD, rows_NxK)
-  )
+  run_embed = jnp.zeros(hidden_BxCxD.shape if expected_embedding else (), jnp.float32)
+  init = (jnp.full(targets_BxC.shape, _NEG, jnp.float32), zeros_BxC, zeros_BxC, zeros_BxC,
+          run_embed)
+  (run_max, run_sum, run_dot, target_BxC, run_embed), _ = jax.lax.scan(
+      body, init, (embed_NxKxD, rows_NxK))
   log_norm_BxC = run_max + jnp.log(run_sum)
-  return target_BxC - log_norm_BxC, log_norm_BxC - run_dot / run_sum
+  logps_BxC, entropy_BxC = target_BxC - log_norm_BxC, log_norm_BxC - run_dot / run_sum
+  if expected_embedding:
+    return logps_BxC, entropy_BxC, run_embed / run_sum[..., None]
+  return logps_BxC, entropy_BxC
+
+
+def _chunk_logits(hidden_BxCxD, embed_KxD, valid_K, temperature):
+  logits_BxCxK = jnp.einsum(
+      "bcd,kd->bck", hidden_BxCxD, embed_KxD, preferred_element_type=jnp.float32
+  ) / temperature
+  return jnp.where(valid_K, logits_BxCxK, _NEG)
+
+
+def _picked(logits_BxCxK, local_BxC):
+  """Each row's logit at local_BxC, 0 where that falls outside this chunk."""
+  size = logits_BxCxK.shape[-1]
+  in_chunk_BxC = (local_BxC >= 0) & (local_BxC < size)
+  picked_BxC = jnp.take_along_axis(
+      logits_BxCxK, jnp.clip(local_BxC, 0, size - 1)[..., None], axis=-1)[..., 0]
+  return jnp.where(in_chunk_BxC, picked_BxC, 0.0)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _logps_and_entropy(hidden_BxCxD, embed_VxD, targets_BxC, temperature, chunk):
+  return _scan_vocabulary(hidden_BxCxD, embed_VxD, targets_BxC, temperature, chunk, False)
+
+
+def _logps_and_entropy_fwd(hidden, embed, targets, temperature, chunk):
+  wants_expected = hidden.perturbed
+  outputs = _scan_vocabulary(hidden.value, embed.value, targets.value, temperature, chunk,
+                             wants_expected)
+  expected_BxCxD = outputs[2] if wants_expected else None
+  # Residual pytrees keep None/() apart: the flag stays static in bwd.
+  embed_flag = () if embed.perturbed else None
+  return outputs[:2], (hidden.value, embed.value, targets.value, expected_BxCxD, embed_flag)
+
+
+def _logps_and_entropy_bwd(temperature, chunk, residuals, cotangents):
+  hidden_BxCxD, embed_VxD, targets_BxC, expected_BxCxD, embed_flag = residuals
+  d_logps_BxC, d_entropy_BxC = cotangents
+  zero = jax.custom_derivatives.SymbolicZero
+  if isinstance(d_logps_BxC, zero) and isinstance(d_entropy_BxC, zero):
+    return None, None, None
+  if expected_BxCxD is None or embed_flag is not None or not isinstance(d_entropy_BxC, zero):
+    # The general case, by autodiff of the same chunked scan.
+    _, vjp = jax.vjp(
+        lambda h, e: _scan_vocabulary(h, e, targets_BxC, temperature, chunk, False),
+        hidden_BxCxD, embed_VxD)
+    d_hidden, d_embed = vjp(tuple(
+        jnp.zeros(targets_BxC.shape, jnp.float32) if isinstance(d, zero) else d
+        for d in cotangents))
+    return d_hidden, d_embed if embed_flag is not None else None, None
+  target_embed_BxCxD = jnp.take(embed_VxD, targets_BxC, axis=0).astype(jnp.float32)
+  d_hidden = d_logps_BxC[..., None] * (target_embed_BxCxD - expected_BxCxD) / temperature
+  return d_hidden.astype(hidden_BxCxD.dtype), None, None
+
+
+_logps_and_entropy.defvjp(_logps_and_entropy_fwd, _logps_and_entropy_bwd, symbolic_zeros=True)
 
 
 def per_token_logps(

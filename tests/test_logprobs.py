@@ -126,3 +126,41 @@ def test_shared_prompt_pass_matches_the_full_pass(group):
   scale = max(float(np.abs(b).max()) for b in jax.tree.leaves(full_grads))
   for a, b in zip(jax.tree.leaves(shared_grads), jax.tree.leaves(full_grads)):
     assert np.abs(np.asarray(a) - np.asarray(b)).max() <= 2e-3 * scale
+
+
+def test_policy_gradient_takes_the_expected_embedding_path_and_matches_autodiff():
+  """The training case: d(logps)/d(hidden) only, the entropy stopped, the embedding frozen."""
+  rng = np.random.default_rng(2)
+  hidden = jnp.array(rng.normal(size=(2, 3, 8)), jnp.float32)
+  embed = jnp.array(rng.normal(size=(40, 8)), jnp.float32)
+  targets = jnp.array(rng.integers(0, 40, size=(2, 3)))
+  weights = jnp.array(rng.normal(size=(2, 3)), jnp.float32)
+
+  def chunked(h):
+    logps, entropy = logprobs.logps_and_entropy_from_hidden(h, embed, targets, 0.7, chunk=16)
+    return (logps * weights).sum() + 0.0 * jax.lax.stop_gradient(entropy).sum()
+
+  def full(h):
+    logp = jax.nn.log_softmax(jnp.einsum("bcd,vd->bcv", h, embed) / 0.7, axis=-1)
+    return (jnp.take_along_axis(logp, targets[..., None], -1)[..., 0] * weights).sum()
+
+  program = str(jax.make_jaxpr(jax.grad(chunked))(hidden))
+  # One scan (the forward); autodiff's path would add a second, backward one.
+  assert program.count("scan[") == 1
+  np.testing.assert_allclose(jax.jit(jax.grad(chunked))(hidden), jax.grad(full)(hidden), atol=1e-5)
+
+
+def test_gradient_into_the_embedding_alone_matches_full_softmax():
+  rng = np.random.default_rng(3)
+  hidden = jnp.array(rng.normal(size=(2, 3, 8)), jnp.float32)
+  embed = jnp.array(rng.normal(size=(40, 8)), jnp.float32)
+  targets = jnp.array(rng.integers(0, 40, size=(2, 3)))
+
+  def chunked(e):
+    return logprobs.logps_and_entropy_from_hidden(hidden, e, targets, 1.1, chunk=16)[0].sum()
+
+  def full(e):
+    logp = jax.nn.log_softmax(jnp.einsum("bcd,vd->bcv", hidden, e) / 1.1, axis=-1)
+    return jnp.take_along_axis(logp, targets[..., None], -1)[..., 0].sum()
+
+  np.testing.assert_allclose(jax.grad(chunked)(embed), jax.grad(full)(embed), atol=1e-4)
