@@ -19,7 +19,7 @@
   fusion: 1.5 of the update's 10.3 thread-seconds (Gemma-3-270M, fixed
   workload). Written out, every gradient dot reads its large operand in
   place. Needs `lora_scale` (alpha / r) on the model, which lora.apply sets;
-  without it Qwix's path runs.
+  without it Qwix's path runs. Seam touch 10 (seam.py).
 
 Same parameters, same paths, same checkpoints as Tunix's class: a loaded
 model is converted by swapping its graph definition, without copying.

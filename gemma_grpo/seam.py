@@ -54,6 +54,14 @@ Each touch, why, and what upstream change would remove it:
    that is gone (KeyError in jnp.asarray during a rollout, seen in CI).
    Removed by: Qwix keeping the original function reachable from its patch
    (or never removing patches once installed).
+10. gemma3_rl re-implements Tunix's DecoderLayer.block and FeedForward.block
+   for a LoRA policy and applies the feed-forward's adapters itself
+   (lora_dot: Qwix's `res + delta * alpha / rank` with the adapters Qwix
+   names kernel_lora_a/kernel_lora_b), so that their backward pass is
+   written out: autodiff of Qwix's form leaves XLA:CPU writing the [tokens,
+   F] gradients transposed (1.5 of the update's 9.8 thread-seconds, 270M).
+   The canary fingerprints the two Tunix methods. Removed by: XLA:CPU laying
+   that contraction out in place, or Qwix taking a custom LoRA dot.
 
 `canaries()` checks each touch against the installed packages; tests/test_seam.py
 runs them, and a failure names the version and the touch in one line.
@@ -61,6 +69,7 @@ runs them, and a failure names the version and the touch in one line.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import inspect
 from typing import Callable
@@ -211,6 +220,31 @@ def _qwix_interception() -> None:
           "9", "Qwix no longer pops the original when it unpatches; the hold may be unneeded")
 
 
+# Whitespace- and comment-free source of the methods gemma3_rl re-implements,
+# as of google-tunix 0.1.7.
+_BLOCK_FINGERPRINTS = {"DecoderLayer.block": "66abd2f267646069",
+                       "FeedForward.block": "1762f16d586e1852"}
+
+
+def fingerprint(source: str) -> str:
+  """A hash of `source` that ignores indentation, blank lines and comment lines."""
+  lines = (line.strip() for line in source.splitlines())
+  text = "\n".join(line for line in lines if line and not line.startswith("#"))
+  return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _own_feed_forward() -> None:
+  from qwix._src.providers import lora as qwix_lora  # pylint: disable=g-import-not-at-top
+  from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
+
+  for name, expected in _BLOCK_FINGERPRINTS.items():
+    cls, method = name.split(".")
+    _expect(fingerprint(inspect.getsource(getattr(getattr(gemma3, cls), method))) == expected,
+            "10", f"Tunix's {name} changed; gemma3_rl._decoder_layer/_feed_forward copy it")
+  _expect("return res + delta * (rule.alpha / rule.rank)" in inspect.getsource(qwix_lora),
+          "10", "Qwix's LoRA dot_general no longer returns res + delta * alpha / rank")
+
+
 def canaries() -> dict[str, Callable[[], None]]:
   """{touch: check}; a check raises TouchChanged when the internal changed shape."""
   return {
@@ -223,4 +257,5 @@ def canaries() -> dict[str, Callable[[], None]]:
       "7 qwix skip_nnx_init/qwix_rngs": _qwix_lora_init,
       "8 RLCluster's actor config copy": _one_rollout_per_batch,
       "9 Qwix interception held open": _qwix_interception,
+      "10 the LoRA feed-forward run by gemma3_rl": _own_feed_forward,
   }

@@ -37,3 +37,12 @@ def test_every_module_that_touches_internals_imports_the_seam(module):
 
   source = (pathlib.Path(seam.__file__).parent / f"{module}.py").read_text()
   assert "from gemma_grpo import seam" in source and "\nseam.check_versions()" in source, module
+
+
+
+def test_fingerprint_ignores_layout_and_comment_lines_but_not_code():
+  source = "  def block(self, x):\n    # why\n    y = self.mlp(x)\n\n    return y\n"
+  relaid = "def block(self, x):\n        y = self.mlp(x)\n        return y"
+  changed = "  def block(self, x):\n    y = self.mlp(x) * 2\n    return y\n"
+  assert seam.fingerprint(source) == seam.fingerprint(relaid)
+  assert seam.fingerprint(source) != seam.fingerprint(changed)
