@@ -12,6 +12,10 @@ default), 64 completion tokens. Weights are random, float32, in the 270M's
 shapes (speed does not depend on their values); the adapters' B matrices are
 set non-zero so that no product is trivially zero.
 
+The jitted program also hands the model's state back (nnx.jit does); the
+trainer donates it and this script does not, so every call here includes
+copying it (the 671 MB embedding among it: ~70 ms of one thread).
+
 Prints the median seconds of --repeats calls after one warm-up, and with
 --profile one more call under jax.profiler, summed by XLA:CPU op kind (thread
 seconds: both threads' time, so it exceeds the wall time): YNNPACK dot

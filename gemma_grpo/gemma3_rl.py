@@ -168,9 +168,9 @@ def _lora_dot_bwd(scale, residuals, dy_BxTxO):
           + jnp.einsum("btr,ir->bti", dyb_BxTxR, a_IxR)).astype(x_BxTxI.dtype)
   if wants_dw is not None:
     dw = jnp.einsum("bti,bto->io", x_BxTxI, dy_BxTxO).astype(w_IxO.dtype)
-  # The token axes lead the small operand, transposed explicitly, so the
-  # contraction reads the large [B, T, out] gradient in place.
-  da = jnp.einsum("ibt,btr->ir", jnp.transpose(x_BxTxI, (2, 0, 1)), dyb_BxTxR)
+  # Only the rank-sized operands are transposed (token axes last), so each
+  # contraction reads its large [B, T, in] or [B, T, out] operand in place.
+  da = jnp.einsum("rbt,bti->ri", jnp.transpose(dyb_BxTxR, (2, 0, 1)), x_BxTxI).T
   db = jnp.einsum("rbt,bto->ro", jnp.transpose(xa_BxTxR, (2, 0, 1)), dy_BxTxO) * scale
   return dx, dw, da.astype(a_IxR.dtype), db.astype(b_RxO.dtype)
 
