@@ -131,6 +131,19 @@ def test_lora_dot_gradients_equal_autodiff_of_qwix_form(argnums):
     np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
 
 
+def test_lora_dot_keeps_the_dtypes_of_a_bfloat16_model():
+  keys = jax.random.split(jax.random.key(1), 4)
+  x, w, a, b = (jax.random.normal(k, s, jnp.bfloat16)
+                for k, s in zip(keys, [(2, 5, 8), (8, 6), (8, 3), (3, 6)]))
+  qwix_form = jnp.einsum("bti,io->bto", x, w) + jnp.einsum("bti,ir,ro->bto", x, a, b) * 0.7
+  y = gemma3_rl.lora_dot(x, w, a, b, 0.7)
+  assert y.dtype == qwix_form.dtype == jnp.bfloat16
+  grads = jax.grad(lambda *args: gemma3_rl.lora_dot(*args, 0.7).astype(jnp.float32).sum(),
+                   (0, 2, 3))(x, w, a, b)
+  assert [g.dtype for g in grads] == [jnp.bfloat16] * 3
+  np.testing.assert_allclose(y.astype(np.float32), qwix_form.astype(np.float32), rtol=0.05, atol=0.1)
+
+
 def test_own_feed_forward_matches_qwix_in_values_and_lora_gradients(tiny):
   c, mesh, loaded = tiny
   actor = lora.apply(loaded.model, c.lora, mesh)
