@@ -16,9 +16,9 @@
   pass written out. Autodiff of Qwix's form leaves XLA:CPU contracting the
   token axes of the [tokens, F] gate/up gradient against the small x·A,
   which it does by writing that gradient transposed in a strided loop
-  fusion: 1.5 of the update's 9.8 thread-seconds (Gemma-3-270M, fixed
-  workload). Written out, every gradient dot reads its large operand in
-  place. Needs `lora_scale` (alpha / r) on the model, which lora.apply sets;
+  fusion: most of the 2.4 of 9.8 thread-seconds that the 270M's update
+  spent copying (bench/update_step.py --profile). Written out, every
+  gradient dot reads its large operand in place. Needs `lora_scale` (alpha / r) on the model, which lora.apply sets;
   without it Qwix's path runs. Seam touch 10 (seam.py).
 
 Same parameters, same paths, same checkpoints as Tunix's class: a loaded

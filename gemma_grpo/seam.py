@@ -59,7 +59,8 @@ Each touch, why, and what upstream change would remove it:
    (lora_dot: Qwix's `res + delta * alpha / rank` with the adapters Qwix
    names kernel_lora_a/kernel_lora_b), so that their backward pass is
    written out: autodiff of Qwix's form leaves XLA:CPU writing the [tokens,
-   F] gradients transposed (1.5 of the update's 9.8 thread-seconds, 270M).
+   F] gradients transposed (most of the 270M update's 2.4 thread-seconds
+   of copies).
    The canary fingerprints the two Tunix methods. Removed by: XLA:CPU laying
    that contraction out in place, or Qwix taking a custom LoRA dot.
 
