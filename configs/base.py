@@ -122,6 +122,12 @@ def get_config() -> ml_collections.ConfigDict:
   # reads half the bytes per token; samples then come from the policy rounded
   # to bfloat16 (BENCHMARKS.md, "Decode in bfloat16", measures both).
   c.rollout.decode_dtype = "float32"
+  # The grouped engine's float32 LM head under top-k or greedy decoding: "auto"
+  # ranks the vocabulary with a bfloat16 copy, rescores the best candidates in
+  # float32 and proves the top-k is among them, so tokens come from the float32
+  # logits (gemma_grpo/rollout.py); on where bfloat16 dots are native (AVX512_BF16
+  # or AMX CPUs, GPUs, TPUs). "on" / "off" force it.
+  c.rollout.screen_lm_head = "auto"
 
   c.optim = ml_collections.ConfigDict()
   c.optim.peak_lr = 3e-6

@@ -109,7 +109,7 @@ def evaluate(policy: policy_lib.Policy, problems: Sequence[data_lib.Problem], *,
       max_prompt_length=c.rollout.max_prompt_length, max_new_tokens=max_new_tokens,
       stop_token_ids=tokenizer_lib.stop_token_ids(tokenizer), stop_text=c.rollout.stop_text,
       engine=c.rollout.engine, lora_scale=c.lora.alpha / c.lora.rank,
-      decode_dtype=c.rollout.decode_dtype)
+      decode_dtype=c.rollout.decode_dtype, screen_lm_head=c.rollout.screen_lm_head)
   decoding = eval_generation.Decoding(max_new_tokens=max_new_tokens)
 
   def generate(prompts):

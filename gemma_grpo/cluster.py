@@ -138,7 +138,8 @@ def rollout_engine(c: ml_collections.ConfigDict):
   if c.rollout.engine == "tunix":
     return "vanilla"
   return functools.partial(rollout.GroupedRollout, lora_scale=c.lora.alpha / c.lora.rank,
-                           decode_dtype=c.rollout.decode_dtype)
+                           decode_dtype=c.rollout.decode_dtype,
+                           screen_lm_head=c.rollout.screen_lm_head)
 
 
 def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,

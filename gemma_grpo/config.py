@@ -29,6 +29,7 @@ GEMMA_VOCAB_SIZE = 262144  # tokens of the Gemma-3 tokenizer
 DTYPES = ("float32", "bfloat16")
 ROLLOUT_ENGINES = ("grouped", "tunix")
 DECODE_DTYPES = ("float32", "bfloat16")  # gemma_grpo.rollout.DECODE_DTYPES
+SCREEN_SETTINGS = ("auto", "on", "off")  # gemma_grpo.rollout.SCREEN_SETTINGS
 # Module names the LoRA targets regex is matched against (Gemma-3 in Tunix).
 LORA_MODULES = (
     "q_einsum", "kv_einsum", "qkv_einsum", "attn_vec_einsum", "gate_proj",
@@ -313,6 +314,7 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
   _check(p, r.engine in ROLLOUT_ENGINES, f"rollout.engine={r.engine!r}: must be one of {', '.join(ROLLOUT_ENGINES)}")
   _check(p, r.decode_dtype in DECODE_DTYPES, f"rollout.decode_dtype={r.decode_dtype!r}: must be one of {', '.join(DECODE_DTYPES)}")
   _check(p, r.decode_dtype == "float32" or r.engine == "grouped", f"rollout.decode_dtype={r.decode_dtype!r} needs rollout.engine='grouped' (Tunix's sampler decodes in the model's dtype)")
+  _check(p, r.screen_lm_head in SCREEN_SETTINGS, f"rollout.screen_lm_head={r.screen_lm_head!r}: must be one of {', '.join(SCREEN_SETTINGS)}")
   _check(p, r.top_k >= 0, f"rollout.top_k={r.top_k}: must be >= 0 (0 = no top-k)")
   _check(p, r.max_prompt_length >= 8, f"rollout.max_prompt_length={r.max_prompt_length}: too small for the instruction; use >= 128")
   _check(p, r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens}: must be >= 1")

@@ -66,10 +66,11 @@ class Generator:
 
   def __init__(self, model, tokenizer, mesh, *, max_prompt_length: int,
                max_new_tokens: int, stop_token_ids: Sequence[int], stop_text: str = "",
-               engine: str = "tunix", lora_scale: float = 1.0, decode_dtype: str = "float32"):
+               engine: str = "tunix", lora_scale: float = 1.0, decode_dtype: str = "float32",
+               screen_lm_head: str = "auto"):
     """`engine` "grouped" decodes with the training rollout engine
-    (gemma_grpo.rollout, `lora_scale` = alpha / r, its `decode_dtype`), as
-    the in-training eval does; "tunix" with Tunix's Sampler."""
+    (gemma_grpo.rollout, `lora_scale` = alpha / r, its `decode_dtype` and
+    `screen_lm_head`), as the in-training eval does; "tunix" with Tunix's Sampler."""
     self._mesh = mesh
     self._max_prompt_length = max_prompt_length
     self._max_new_tokens = max_new_tokens
@@ -81,7 +82,8 @@ class Generator:
       from gemma_grpo import rollout  # pylint: disable=g-import-not-at-top
 
       self._rollout = rollout.GroupedRollout(model, tokenizer, mesh, lora_scale=lora_scale,
-                                             decode_dtype=decode_dtype)
+                                             decode_dtype=decode_dtype,
+                                             screen_lm_head=screen_lm_head)
       return
     if engine != "tunix":
       raise ValueError(f"engine={engine!r}: must be 'grouped' or 'tunix'")

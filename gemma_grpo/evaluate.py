@@ -379,6 +379,7 @@ def evaluate(target: Target, c, plan: Plan, mesh, *,
       max_new_tokens=plan.decoding.max_new_tokens, stop_token_ids=stop_ids,
       stop_text=c.rollout.stop_text, engine=c.rollout.engine,
       lora_scale=c.lora.alpha / c.lora.rank, decode_dtype=c.rollout.decode_dtype,
+      screen_lm_head=c.rollout.screen_lm_head,
   )
   kept = [p for p in plan.problems
           if generator.prompt_length(p.prompt) <= plan.max_prompt_length]

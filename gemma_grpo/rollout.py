@@ -27,6 +27,15 @@ come from a policy that differs from the trained one by bfloat16 rounding;
 `return_logprobs` gives the decode loop's own log-probabilities of the drawn
 tokens, to measure that difference (bench/decode_precision.py).
 
+The float32 LM head (the tied embedding, 671 MB for the 270M) is the largest
+read of a decode step. With top-k sampling or greedy decoding only the k
+largest logits matter, so by default (`screen_lm_head="auto"`: where the
+backend multiplies bfloat16 in hardware) a bfloat16 copy of the head ranks
+the vocabulary, the best few hundred candidates are rescored from the
+float32 head, and an error bound proves the float32 top-k is among them;
+where it cannot, that step computes the whole float32 head. Tokens are drawn
+from the float32 logits either way (`_screened_top`).
+
 Sampling follows Tunix's sampler: temperature, then top-k, then top-p over the
 sorted top-k; greedy when temperature is 0 or top_p is None. Completions stop
 at the first stop token (excluded from the returned tokens) or at
@@ -91,6 +100,21 @@ class LayerShape:
 
 
 DECODE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+SCREEN_SETTINGS = ("auto", "on", "off")  # rollout.screen_lm_head; see _screened_top
+_BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86 and Arm's names in /proc/cpuinfo
+
+
+def bfloat16_dots_are_native() -> bool:
+  """Whether this backend multiplies bfloat16 in hardware: accelerators do; a
+  CPU does where /proc/cpuinfo lists a bfloat16 dot instruction."""
+  if jax.default_backend() != "cpu":
+    return True
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      flags = set(" ".join(line for line in f if line.startswith(("flags", "Features"))).split())
+  except OSError:
+    return False
+  return any(flag in flags for flag in _BFLOAT16_CPU_FLAGS)
 
 
 def _project(x_BxI, w_OxI):
@@ -232,6 +256,11 @@ def sample_tokens(logits_BxV, key, sampling: Sampling):
   if sampling.top_p >= 1.0 and not sampling.top_k:
     return jax.random.categorical(key, logits_BxV).astype(jnp.int32)
   top_logits_BxK, top_ids_BxK = jax.lax.top_k(logits_BxV, sampling.top_k or logits_BxV.shape[-1])
+  return _draw_from_top(top_logits_BxK, top_ids_BxK, key, sampling)
+
+
+def _draw_from_top(top_logits_BxK, top_ids_BxK, key, sampling: Sampling):
+  """Top-p over the sorted top-k logits (already divided by the temperature), then a draw."""
   probs_BxK = jax.nn.softmax(top_logits_BxK, axis=-1)
   beyond_p_BxK = jnp.cumsum(probs_BxK, axis=-1) - probs_BxK > sampling.top_p
   top_logits_BxK = jnp.where(beyond_p_BxK, -jnp.inf, top_logits_BxK)
@@ -239,10 +268,82 @@ def sample_tokens(logits_BxV, key, sampling: Sampling):
   return jnp.take_along_axis(top_ids_BxK, pick_B[:, None], axis=-1)[:, 0].astype(jnp.int32)
 
 
-@functools.partial(jax.jit, static_argnames=("lora_scale", "rows_per_prompt",
-                                             "new_tokens", "pad_id", "sampling", "decode_dtype"))
+SCREEN_MIN_WIDTH = 256  # candidates the screen keeps, at least; see screen_width
+
+
+def screen_width(sampling: Sampling, vocab_size: int) -> int:
+  """Candidates the bfloat16 screen keeps for `sampling`; 0 where it cannot help.
+
+  The exact top-k must lie among them and be provably so (`_screened_top`).
+  For k = 50 on the 270M's rollouts, 128 candidates left 3-7 of 63 decode
+  steps unproved (each then computes the whole head), 256 left 0-1
+  (bench/lm_head_screen.py counts them). Sampling from the whole vocabulary
+  (no top-k) needs every logit, so it gets no screen.
+  """
+  k = 1 if sampling.greedy else sampling.top_k
+  if not k:
+    return 0
+  width = max(SCREEN_MIN_WIDTH, 4 * k)
+  return width if 4 * width <= vocab_size else 0
+
+
+def screen_error_bound(normed_BxD, head_norm_max):
+  """Per row, the most any token's screen logit can differ from its float32 logit.
+
+  The screen rounds both factors to bfloat16 (relative error u = 2^-8 each,
+  so |h~e~ - he| <= (2u + u^2)|h||e| per term) and sums in float32; the
+  candidates are rescored in float32, in another order than the full head.
+  With D terms, float32 summation adds at most D·2^-24 of sum|h||e| each
+  time; 4·D·2^-24 covers the screen, the rescoring and the full head they
+  are compared with. Cauchy-Schwarz: sum|h||e| <= ||h|| max_v ||e_v||.
+  """
+  d = normed_BxD.shape[-1]
+  factor = 2.0 ** -7 + 2.0 ** -16 + 4 * d * 2.0 ** -24
+  return factor * jnp.linalg.norm(normed_BxD.astype(jnp.float32), axis=-1) * head_norm_max
+
+
+def _screened_top(normed_BxD, head_VxD, screen_VxD, head_norm_max, k: int, width: int,
+                  temperature: float):
+  """The k largest float32 head logits / temperature and their ids, sorted, as
+  `jax.lax.top_k(_project(normed, head) / temperature, k)` gives them up to
+  float32 rounding; and whether the screen proved them.
+
+  A bfloat16 copy of the head (half the bytes) ranks the vocabulary; the
+  `width` best are rescored exactly from the float32 head's rows. If the
+  k-th rescored logit exceeds every other token's screen logit by more
+  than the screen's error bound, no token outside the candidates can be in
+  the top k: the result is the float32 head's. Otherwise (a row whose
+  logits are flat beyond the candidates) this step computes the whole
+  float32 head, as without the screen.
+  """
+  # Written [V, B] (behind a barrier, as _project's float32 dots): 7.0
+  # against 7.5 s for the workload's rollout, ad hoc.
+  screen_VxB = jnp.einsum("bi,vi->vb", normed_BxD.astype(jnp.bfloat16), screen_VxD,
+                          preferred_element_type=jnp.float32)
+  screen_BxW, candidates_BxW = jax.lax.top_k(jax.lax.optimization_barrier(screen_VxB).T, width)
+  # The min, not the last column: reading that makes XLA:CPU sort the whole
+  # vocabulary instead (0.8 s a token).
+  least_screened_B = jnp.min(screen_BxW, axis=-1)
+  exact_BxW = jnp.einsum("bd,bwd->bw", normed_BxD, head_VxD[candidates_BxW])
+  top_BxK, at_BxK = jax.lax.top_k(exact_BxW, k)
+  margin_B = screen_error_bound(normed_BxD, head_norm_max)
+  proved = jnp.all(top_BxK[:, -1] > least_screened_B + margin_B)
+
+  def from_candidates():
+    return top_BxK / temperature, jnp.take_along_axis(candidates_BxW, at_BxK, axis=-1)
+
+  def from_full_head():
+    top_BxK, ids_BxK = jax.lax.top_k(_project(normed_BxD, head_VxD) / temperature, k)
+    return top_BxK, ids_BxK
+
+  top_BxK, ids_BxK = jax.lax.cond(proved, from_candidates, from_full_head)
+  return top_BxK, ids_BxK, proved
+
+
+@functools.partial(jax.jit, static_argnames=("lora_scale", "rows_per_prompt", "new_tokens",
+                                             "pad_id", "sampling", "decode_dtype", "screened"))
 def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_prompt,
-             new_tokens, pad_id, sampling, decode_dtype):
+             new_tokens, pad_id, sampling, decode_dtype, screened):
   """Distinct prompts through the policy once; first tokens and their log-probs; decode inputs."""
   model = nnx.merge(graphdef, state)
   num_prompts, width = prompt_ids_UxP.shape
@@ -262,8 +363,13 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
   valid_BxP = repeat(prompt_ids_UxP != pad_id)
   dtype = DECODE_DTYPES[decode_dtype]
   # The float32 head is the model's own array: pass it through, do not copy it.
-  head_VxD = None if dtype == jnp.float32 else model.embedder.input_embedding.value.astype(dtype)
-  return (decode_weights(model, lora_scale, dtype), head_VxD, first_B,
+  embedding_VxD = model.embedder.input_embedding.value
+  head_VxD = None if dtype == jnp.float32 else embedding_VxD.astype(dtype)
+  screen = None
+  if screened:  # the LM head's bfloat16 copy and the largest row norm (_screened_top)
+    screen = (embedding_VxD.astype(jnp.bfloat16),
+              jnp.max(jnp.linalg.norm(embedding_VxD.astype(jnp.float32), axis=-1)))
+  return (decode_weights(model, lora_scale, dtype), head_VxD, screen, first_B,
           _token_logps(logits_BxV, first_B, sampling), keys_LxBxKxSxH, values_LxBxKxSxH,
           repeat(positions_UxP[:, -1]) + 1, valid_BxP)
 
@@ -274,16 +380,19 @@ def _token_logps(logits_BxV, token_B, sampling: Sampling):
   return jnp.take_along_axis(logps_BxV, token_B[:, None], axis=-1)[:, 0]
 
 
-@functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps"))
-def _decode(weights, embed_VxD, head_VxD, final_norm_D, first_B, first_logp_B, keys_LxBxKxSxH,
-            values_LxBxKxSxH, next_position_B, valid_BxP, stop_ids, rng, *, shapes, new_tokens,
-            sampling, with_logps):
+@functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps",
+                                             "screen_width"))
+def _decode(weights, embed_VxD, head_VxD, screen, final_norm_D, first_B, first_logp_B,
+            keys_LxBxKxSxH, values_LxBxKxSxH, next_position_B, valid_BxP, stop_ids, rng, *,
+            shapes, new_tokens, sampling, with_logps, screen_width):
   """Tokens 2..new_tokens of every row, and with_logps their log-probs; stops
-  early once every row has stopped.
+  early once every row has stopped. Also returns how many steps computed the
+  whole float32 LM head although a screen was given (its proof failed).
 
   Token t (0-based) of a row sits at cache slot P + t and RoPE position
   next_position_B + t; it is drawn with fold_in(rng, t). `embed_VxD` embeds
-  the input tokens; `head_VxD` (the embedding, maybe rounded) gives the logits.
+  the input tokens; `head_VxD` (the embedding, maybe rounded) gives the logits,
+  through `screen` (its bfloat16 copy, max row norm) when screen_width > 0.
   """
   batch, width = valid_BxP.shape
   valid_BxS = jnp.pad(valid_BxP, ((0, 0), (0, new_tokens)), constant_values=True)
@@ -293,7 +402,7 @@ def _decode(weights, embed_VxD, head_VxD, final_norm_D, first_B, first_logp_B, k
   done_B = jnp.isin(first_B, stop_ids)
 
   def step(carry):
-    t, tokens_BxT, logps_BxT, done_B, keys_LxBxKxSxH, values_LxBxKxSxH = carry
+    t, tokens_BxT, logps_BxT, done_B, keys_LxBxKxSxH, values_LxBxKxSxH, full_heads = carry
     x_BxD = embed_VxD[tokens_BxT[:, t - 1]] * jnp.sqrt(embed_VxD.shape[-1]).astype(embed_VxD.dtype)
     position_B = next_position_B + t - 1
     for layer, (w, shape) in enumerate(zip(weights, shapes)):
@@ -301,22 +410,32 @@ def _decode(weights, embed_VxD, head_VxD, final_norm_D, first_B, first_logp_B, k
           w, shape, layer, x_BxD, position_B, width + t - 1, keys_LxBxKxSxH, values_LxBxKxSxH,
           valid_BxS)
     normed_BxD = _rms_norm(x_BxD, final_norm_D)
-    logits_BxV = _project(normed_BxD, head_VxD)  # the LM head
-    token_B = sample_tokens(logits_BxV, jax.random.fold_in(rng, t), sampling)
+    key = jax.random.fold_in(rng, t)
+    if screen_width:
+      top_BxK, ids_BxK, proved = _screened_top(
+          normed_BxD, head_VxD, *screen, 1 if sampling.greedy else sampling.top_k,
+          screen_width, sampling.temperature)
+      token_B = (ids_BxK[:, 0].astype(jnp.int32) if sampling.greedy
+                 else _draw_from_top(top_BxK, ids_BxK, key, sampling))
+      full_heads += 1 - proved.astype(jnp.int32)
+    else:
+      logits_BxV = _project(normed_BxD, head_VxD)  # the LM head
+      token_B = sample_tokens(logits_BxV, key, sampling)
     token_B = jnp.where(done_B, stop_ids[0], token_B)
     if with_logps:
       logps_BxT = logps_BxT.at[:, t].set(_token_logps(logits_BxV, token_B, sampling))
     done_B = done_B | jnp.isin(token_B, stop_ids)
     return (t + 1, tokens_BxT.at[:, t].set(token_B), logps_BxT, done_B, keys_LxBxKxSxH,
-            values_LxBxKxSxH)
+            values_LxBxKxSxH, full_heads)
 
   def more(carry):
-    t, _, _, done_B, _, _ = carry
+    t, _, _, done_B, *_ = carry
     return (t < new_tokens) & ~jnp.all(done_B)
 
-  _, tokens_BxT, logps_BxT, _, _, _ = jax.lax.while_loop(
-      more, step, (1, tokens_BxT, logps_BxT, done_B, keys_LxBxKxSxH, values_LxBxKxSxH))
-  return tokens_BxT, logps_BxT
+  _, tokens_BxT, logps_BxT, _, _, _, full_heads = jax.lax.while_loop(
+      more, step, (1, tokens_BxT, logps_BxT, done_B, keys_LxBxKxSxH, values_LxBxKxSxH,
+                   jnp.int32(0)))
+  return tokens_BxT, logps_BxT, full_heads
 
 
 def group_rows(prompts: Sequence[str]) -> tuple[list[int], int]:
@@ -334,7 +453,7 @@ class GroupedRollout(base_rollout.BaseRollout):
   """Rollouts for the RLCluster; see the module docstring."""
 
   def __init__(self, rollout_actor, tokenizer, mesh=None, rollout_config=None, *,
-               lora_scale: float, decode_dtype: str = "float32"):
+               lora_scale: float, decode_dtype: str = "float32", screen_lm_head: str = "auto"):
     del rollout_config  # each generate() call brings its own
     if not isinstance(rollout_actor, gemma3_rl.Gemma3):
       # Converting would make a second module that the trainer never updates.
@@ -349,6 +468,12 @@ class GroupedRollout(base_rollout.BaseRollout):
     if decode_dtype not in DECODE_DTYPES:
       raise ValueError(f"decode_dtype={decode_dtype!r}: must be one of {', '.join(DECODE_DTYPES)}")
     self._decode_dtype = decode_dtype
+    if screen_lm_head not in SCREEN_SETTINGS:
+      raise ValueError(f"screen_lm_head={screen_lm_head!r}: must be one of {', '.join(SCREEN_SETTINGS)}")
+    # Only a float32 head is screened: a bfloat16 one is already as cheap.
+    self._screen = decode_dtype == "float32" and (
+        screen_lm_head == "on" or (screen_lm_head == "auto" and bfloat16_dots_are_native()))
+    self.full_head_steps = 0  # of the last generate(): decode steps the screen did not prove
     self._shapes = tuple(layer_shape(layer) for layer in rollout_actor.layers)
 
   def tokenize(self, prompt: str) -> np.ndarray:
@@ -380,20 +505,25 @@ class GroupedRollout(base_rollout.BaseRollout):
       rng = jax.random.PRNGKey(rng)
     stop_ids = jnp.asarray(list(rollout_config.eos_tokens or [self.eos_id()]), jnp.int32)
 
-    graphdef, state = nnx.split(self._model)
-    weights, head_VxD, first_B, first_logp_B, keys, values, next_position_B, valid_BxP = _prefill(
-        graphdef, state, jnp.asarray(padded_BxP[starts]), rng, lora_scale=self._lora_scale,
-        rows_per_prompt=rows_per_prompt, new_tokens=new_tokens, pad_id=pad, sampling=sampling,
-        decode_dtype=self._decode_dtype)
     embed_VxD = self._model.embedder.input_embedding.value
     with_logps = bool(rollout_config.return_logprobs)
-    tokens_BxT, logps_BxT = _decode(
-        weights, embed_VxD, embed_VxD if head_VxD is None else head_VxD,
+    # Log-probs need every logit: no screen then.
+    width = 0 if with_logps or not self._screen else screen_width(sampling, embed_VxD.shape[0])
+    graphdef, state = nnx.split(self._model)
+    (weights, head_VxD, screen, first_B, first_logp_B, keys, values, next_position_B,
+     valid_BxP) = _prefill(
+        graphdef, state, jnp.asarray(padded_BxP[starts]), rng, lora_scale=self._lora_scale,
+        rows_per_prompt=rows_per_prompt, new_tokens=new_tokens, pad_id=pad, sampling=sampling,
+        decode_dtype=self._decode_dtype, screened=bool(width))
+    tokens_BxT, logps_BxT, full_heads = _decode(
+        weights, embed_VxD, embed_VxD if head_VxD is None else head_VxD, screen,
         self._model.final_norm.scale.value, first_B, first_logp_B, keys, values,
         next_position_B, valid_BxP, stop_ids, rng, shapes=self._shapes, new_tokens=new_tokens,
-        sampling=sampling, with_logps=with_logps)
-    del weights, head_VxD
-    tokens_BxT, logps_BxT = (np.asarray(a) for a in jax.device_get((tokens_BxT, logps_BxT)))
+        sampling=sampling, with_logps=with_logps, screen_width=width)
+    del weights, head_VxD, screen
+    tokens_BxT, logps_BxT, full_heads = jax.device_get((tokens_BxT, logps_BxT, full_heads))
+    tokens_BxT, logps_BxT = np.asarray(tokens_BxT), np.asarray(logps_BxT)
+    self.full_head_steps = int(full_heads)
     stops = np.asarray(stop_ids)
     completions, logprobs_out = [], []
     for row, row_logps in zip(tokens_BxT, logps_BxT):

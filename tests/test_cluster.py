@@ -78,7 +78,8 @@ def test_rollout_engine_picks_tunix_or_ours(engine, want):
   else:
     assert picked.func.__name__ == want
     assert picked.keywords == {"lora_scale": tiny.lora.alpha / tiny.lora.rank,
-                               "decode_dtype": tiny.rollout.decode_dtype}
+                               "decode_dtype": tiny.rollout.decode_dtype,
+                               "screen_lm_head": tiny.rollout.screen_lm_head}
 
 
 def test_the_rollout_engine_decodes_in_the_configured_dtype():

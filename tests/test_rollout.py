@@ -212,3 +212,99 @@ def test_an_unknown_decode_dtype_is_refused(tiny_setup):
   mesh, actor, tokenizer, _ = tiny_setup
   with pytest.raises(ValueError, match="decode_dtype='float16': must be one of float32, bfloat16"):
     rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, decode_dtype="float16")
+
+
+SCREENED_SAMPLINGS = {
+    "greedy": dict(),
+    "top-k 50": dict(temperature=0.9, top_p=1.0, top_k=50),
+    "top-k 5, top-p 0.8": dict(temperature=1.3, top_p=0.8, top_k=5),
+}
+
+
+@pytest.mark.parametrize("sampling", SCREENED_SAMPLINGS.values(), ids=SCREENED_SAMPLINGS.keys())
+def test_the_screened_head_draws_the_tokens_of_the_float32_head(tiny_setup, sampling):
+  mesh, actor, tokenizer, full = tiny_setup
+  kwargs = dict(lora_scale=full._lora_scale, decode_dtype="float32")  # pylint: disable=protected-access
+  off = rollout.GroupedRollout(actor, tokenizer, mesh, screen_lm_head="off", **kwargs)
+  on = rollout.GroupedRollout(actor, tokenizer, mesh, screen_lm_head="on", **kwargs)
+  for seed in range(3):
+    keyed = dict(sampling, seed=jax.random.PRNGKey(seed)) if sampling else {}
+    want = [t.tolist() for t in generate(off, mesh, GROUPED, **keyed).tokens]
+    assert [t.tolist() for t in generate(on, mesh, GROUPED, **keyed).tokens] == want
+    assert on.full_head_steps == 0  # every step proved: the candidates alone drew these
+  # The tiny model's rows are far from flat: a wrong screen would show.
+  assert len({tuple(t) for t in want}) > 1
+
+
+def test_an_unknown_screen_setting_is_refused_and_auto_follows_the_cpu(tiny_setup, monkeypatch):
+  mesh, actor, tokenizer, _ = tiny_setup
+  with pytest.raises(ValueError, match="screen_lm_head='always': must be one of auto, on, off"):
+    rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, screen_lm_head="always")
+  for native in (True, False):
+    monkeypatch.setattr(rollout, "bfloat16_dots_are_native", lambda native=native: native)
+    engine = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0)
+    assert engine._screen is native  # pylint: disable=protected-access
+  # A bfloat16 head is not screened: it is the screen's own precision.
+  half = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, decode_dtype="bfloat16",
+                                screen_lm_head="on")
+  assert not half._screen  # pylint: disable=protected-access
+
+
+def screened_top(normed_BxD, head_VxD, k, width, temperature=1.0):
+  screen = (head_VxD.astype(jnp.bfloat16), jnp.max(jnp.linalg.norm(head_VxD, axis=-1)))
+  return jax.jit(rollout._screened_top, static_argnums=(4, 5, 6))(  # pylint: disable=protected-access
+      normed_BxD, head_VxD, *screen, k, width, temperature)
+
+
+def full_top(normed_BxD, head_VxD, k, temperature=1.0):
+  return jax.lax.top_k(rollout._project(normed_BxD, head_VxD) / temperature, k)  # pylint: disable=protected-access
+
+
+def test_screened_top_k_is_the_float32_top_k_when_proved():
+  rng = np.random.default_rng(0)
+  head_VxD = jnp.asarray(rng.normal(size=(8192, 32)), jnp.float32)
+  normed_BxD = jnp.asarray(3 * rng.normal(size=(4, 32)), jnp.float32)
+  top_BxK, ids_BxK, proved = screened_top(normed_BxD, head_VxD, k=5, width=64, temperature=0.7)
+  want_top_BxK, want_ids_BxK = full_top(normed_BxD, head_VxD, k=5, temperature=0.7)
+  assert bool(proved)
+  np.testing.assert_array_equal(ids_BxK, want_ids_BxK)
+  np.testing.assert_allclose(top_BxK, want_top_BxK, rtol=1e-6)
+
+
+def test_a_flat_tail_defeats_the_proof_and_the_full_head_answers():
+  rng = np.random.default_rng(1)
+  # 300 near-equal logits around the 5th: no 16 candidates can prove a top 5.
+  normed_BxD = jnp.asarray(np.eye(2, 32), jnp.float32)
+  head_VxD = np.asarray(0.01 * rng.normal(size=(4096, 32)), np.float32)
+  head_VxD[:300, :2] = 1.0 + 1e-4 * rng.normal(size=(300, 2))
+  head_VxD = jnp.asarray(head_VxD)
+  top_BxK, ids_BxK, proved = screened_top(normed_BxD, head_VxD, k=5, width=16)
+  want_top_BxK, want_ids_BxK = full_top(normed_BxD, head_VxD, k=5)
+  assert not bool(proved)
+  np.testing.assert_array_equal(ids_BxK, want_ids_BxK)
+  np.testing.assert_array_equal(top_BxK, want_top_BxK)
+
+
+def test_the_screen_error_bound_holds_where_rounding_is_worst():
+  # Every coordinate 1 + 0.75 * 2^-8 rounds down to 1 in bfloat16, in both
+  # factors and with one sign: the error adds up to about 3/4 of the bound.
+  d = 640
+  value = 1 + 0.75 * 2.0 ** -8
+  normed_1xD = jnp.full((1, d), value, jnp.float32)
+  head_2xD = jnp.stack([jnp.full((d,), value, jnp.float32), jnp.full((d,), -value, jnp.float32)])
+  screen_1x2 = jnp.einsum("bi,vi->bv", normed_1xD.astype(jnp.bfloat16), head_2xD.astype(jnp.bfloat16),
+                          preferred_element_type=jnp.float32)
+  error = float(jnp.max(jnp.abs(screen_1x2 - normed_1xD @ head_2xD.T)))
+  bound = float(rollout.screen_error_bound(normed_1xD, jnp.max(jnp.linalg.norm(head_2xD, axis=-1)))[0])
+  assert 0.6 * bound < error <= bound
+
+
+@pytest.mark.parametrize("sampling, vocab, width", [
+    (rollout.Sampling(greedy=True, temperature=1.0, top_k=None, top_p=1.0), 262144, 256),
+    (rollout.Sampling(greedy=False, temperature=0.9, top_k=50, top_p=1.0), 262144, 256),
+    (rollout.Sampling(greedy=False, temperature=0.9, top_k=100, top_p=1.0), 262144, 400),
+    (rollout.Sampling(greedy=False, temperature=0.9, top_k=None, top_p=0.9), 262144, 0),
+    (rollout.Sampling(greedy=False, temperature=0.9, top_k=50, top_p=1.0), 512, 0),
+])
+def test_screen_width(sampling, vocab, width):
+  assert rollout.screen_width(sampling, vocab) == width
