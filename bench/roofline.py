@@ -19,7 +19,10 @@ About 6 min on a quiet 2-core CPU; --smoke runs the plumbing on a random
 3. Each phase's bound, from the model's dimensions (accounting() below):
    - decode per token: bytes it must read / bandwidth: every weight once (the
      tied embedding as LM head included, LoRA merged into the weights as the
-     engine does) plus the whole KV cache of every row;
+     engine does) plus the whole KV cache of every row; where the engine
+     screens the LM head (rollout.screen_lm_head), the head's bfloat16 copy
+     instead of the float32 head (runs before that have no "screened" key
+     and are counted with the float32 head);
    - prefill, reference, update: FLOPs they must do / matmul rate: 2 x params
      x tokens for the projections (each group's prompt once, as the engine
      and gemma_grpo.logprobs do), 4 L H Dh S^2 for attention, 2 D V for each
@@ -64,6 +67,7 @@ class Shape:
   rows: int  # B = U x generations
   prompt_len: int  # P
   new_tokens: int  # T
+  screened: bool = False  # decode reads the LM head's bfloat16 copy (rollout.screen_lm_head)
 
 
 def layer_params(s: Shape) -> int:
@@ -78,13 +82,14 @@ def accounting(s: Shape) -> dict[str, float]:
   cache = s.prompt_len + s.new_tokens
   attention = lambda queries, keys: 4 * s.layers * s.heads * s.head_dim * queries * keys
   lm_head = 2 * s.width * s.vocab
+  head_bytes = (2 if s.screened else BYTES_F32) * s.vocab * s.width
   reference = (2 * projections * (s.prompts * s.prompt_len + s.rows * s.new_tokens)
                + attention(s.prompts * s.prompt_len, s.prompt_len)
                + attention(s.rows * s.new_tokens, cache)
                + lm_head * s.rows * s.new_tokens)
   return {
-      "decode_bytes": BYTES_F32 * (projections + s.vocab * s.width
-                                   + s.rows * s.layers * 2 * s.kv_heads * cache * s.head_dim),
+      "decode_bytes": head_bytes + BYTES_F32 * (
+          projections + s.rows * s.layers * 2 * s.kv_heads * cache * s.head_dim),
       "prefill_flops": (2 * projections * s.prompts * s.prompt_len
                         + attention(s.prompts * s.prompt_len, s.prompt_len) + lm_head * s.rows),
       "reference_flops": reference,
@@ -120,6 +125,7 @@ def machine(smoke: bool) -> dict[str, float]:
 def time_rollout(model_dir: pathlib.Path, repeats: int) -> dict:
   """Rollout seconds with 1 and NEW_TOKENS new tokens, and the model's dimensions."""
   import rollout as rollout_bench  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import rollout as rollout_lib  # pylint: disable=g-import-not-at-top
 
   actor, tokenizer, mesh = rollout_bench.build_policy(model_dir)
   texts = rollout_bench.batch_texts(common.PROMPTS_PER_STEP, common.GENERATIONS)
@@ -130,7 +136,8 @@ def time_rollout(model_dir: pathlib.Path, repeats: int) -> dict:
     runs = rollout_bench._time_grouped(args, texts, actor, tokenizer, mesh, width)["runs"]  # pylint: disable=protected-access
     seconds[new_tokens] = common.median([r["seconds"] for r in runs[1:]])
   cfg = actor.config
-  return {"seconds": seconds, "prompt_width": width, "dims": {
+  screened = rollout_lib.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0)._screen  # pylint: disable=protected-access
+  return {"seconds": seconds, "prompt_width": width, "screened": screened, "dims": {
       "layers": cfg.num_layers, "vocab": cfg.num_embed, "width": cfg.embed_dim,
       "hidden": cfg.hidden_dim, "heads": cfg.num_heads, "head_dim": cfg.head_dim,
       "kv_heads": cfg.num_kv_heads}}
@@ -156,7 +163,8 @@ def time_step(work: pathlib.Path, model_dir: pathlib.Path, steps: int) -> dict:
 def report(bounds: dict, rollout: dict, step: dict) -> list[dict]:
   """Each phase against its bound; the rollout's own prompt width for prefill and decode."""
   def shape(prompt_len: int) -> Shape:
-    return Shape(**rollout["dims"], prompts=common.PROMPTS_PER_STEP,
+    return Shape(**rollout["dims"], screened=rollout.get("screened", False),
+                 prompts=common.PROMPTS_PER_STEP,
                  rows=common.PROMPTS_PER_STEP * common.GENERATIONS,
                  prompt_len=prompt_len, new_tokens=common.NEW_TOKENS)
   sampled, trained = accounting(shape(rollout["prompt_width"])), accounting(shape(step["prompt_width"]))
