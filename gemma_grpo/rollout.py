@@ -302,6 +302,37 @@ def screen_error_bound(normed_BxD, head_norm_max):
   return factor * jnp.linalg.norm(normed_BxD.astype(jnp.float32), axis=-1) * head_norm_max
 
 
+SCREEN_BLOCK = 64  # vocabulary block of _screen_candidates
+
+
+def _screen_candidates(screen_BxV, width: int):
+  """Per row, the ids of the `width` largest screen logits (in no set
+  order), and a bound that every other token's screen logit is at most.
+
+  Blockwise, half the time of top_k over the vocabulary (4.1 against
+  9.1 ms for 8 rows and 256 candidates, ad hoc): the `width` best blocks by
+  their maxima hold every one of the `width` best tokens (each such block's
+  maximum is at least the width-th best token, and at most `width` blocks
+  can hold one), so the best `width` of those blocks' tokens are the
+  vocabulary's. Tokens outside those blocks are at most the width-th block
+  maximum; the rest at most the least candidate.
+  """
+  batch, vocab = screen_BxV.shape
+  if vocab % SCREEN_BLOCK or vocab // SCREEN_BLOCK < width:
+    top_BxW, candidates_BxW = jax.lax.top_k(screen_BxV, width)
+    # The min, not the last column: reading that makes XLA:CPU sort the
+    # whole vocabulary instead (0.8 s a token).
+    return jnp.min(top_BxW, axis=-1), candidates_BxW
+  blocks_BxNxC = screen_BxV.reshape(batch, vocab // SCREEN_BLOCK, SCREEN_BLOCK)
+  block_max_BxW, block_BxW = jax.lax.top_k(blocks_BxNxC.max(axis=-1), width)
+  kept_BxWC = jnp.take_along_axis(blocks_BxNxC, block_BxW[..., None], axis=1).reshape(batch, -1)
+  top_BxW, at_BxW = jax.lax.top_k(kept_BxWC, width)
+  candidates_BxW = (jnp.take_along_axis(block_BxW, at_BxW // SCREEN_BLOCK, axis=-1) * SCREEN_BLOCK
+                    + at_BxW % SCREEN_BLOCK)
+  beyond_B = jnp.maximum(jnp.min(block_max_BxW, axis=-1), jnp.min(top_BxW, axis=-1))
+  return beyond_B, candidates_BxW
+
+
 def _screened_top(normed_BxD, head_VxD, screen_VxD, head_norm_max, k: int, width: int,
                   temperature: float):
   """The k largest float32 head logits / temperature and their ids, sorted, as
@@ -320,14 +351,11 @@ def _screened_top(normed_BxD, head_VxD, screen_VxD, head_norm_max, k: int, width
   # against 7.5 s for the workload's rollout, ad hoc.
   screen_VxB = jnp.einsum("bi,vi->vb", normed_BxD.astype(jnp.bfloat16), screen_VxD,
                           preferred_element_type=jnp.float32)
-  screen_BxW, candidates_BxW = jax.lax.top_k(jax.lax.optimization_barrier(screen_VxB).T, width)
-  # The min, not the last column: reading that makes XLA:CPU sort the whole
-  # vocabulary instead (0.8 s a token).
-  least_screened_B = jnp.min(screen_BxW, axis=-1)
+  beyond_B, candidates_BxW = _screen_candidates(jax.lax.optimization_barrier(screen_VxB).T, width)
   exact_BxW = jnp.einsum("bd,bwd->bw", normed_BxD, head_VxD[candidates_BxW])
   top_BxK, at_BxK = jax.lax.top_k(exact_BxW, k)
   margin_B = screen_error_bound(normed_BxD, head_norm_max)
-  proved = jnp.all(top_BxK[:, -1] > least_screened_B + margin_B)
+  proved = jnp.all(top_BxK[:, -1] > beyond_B + margin_B)
 
   def from_candidates():
     return top_BxK / temperature, jnp.take_along_axis(candidates_BxW, at_BxK, axis=-1)

@@ -308,3 +308,19 @@ def test_the_screen_error_bound_holds_where_rounding_is_worst():
 ])
 def test_screen_width(sampling, vocab, width):
   assert rollout.screen_width(sampling, vocab) == width
+
+
+@pytest.mark.parametrize("vocab, crowded", [(8192, False), (8192, True), (8000, False)],
+                         ids=["blocks", "best-tokens-in-one-block", "top_k (no whole blocks)"])
+def test_screen_candidates_are_the_best_tokens_and_bound_the_rest(vocab, crowded):
+  rng = np.random.default_rng(2)
+  screen_BxV = rng.normal(size=(3, vocab)).astype(np.float32)
+  if crowded:  # the 40 best tokens of row 0 share one block
+    screen_BxV[0, 128:168] = 10 + rng.random(40)
+  beyond_B, candidates_BxW = rollout._screen_candidates(jnp.asarray(screen_BxV), 48)  # pylint: disable=protected-access
+  want_BxW = np.argsort(-screen_BxV, axis=-1)[:, :48]
+  np.testing.assert_array_equal(np.sort(candidates_BxW, axis=-1), np.sort(want_BxW, axis=-1))
+  others_BxV = screen_BxV.copy()
+  np.put_along_axis(others_BxV, want_BxW, -np.inf, axis=-1)
+  assert np.all(others_BxV.max(axis=-1) <= beyond_B)
+  np.testing.assert_array_equal(beyond_B, np.take_along_axis(screen_BxV, want_BxW, -1).min(-1))
