@@ -276,8 +276,8 @@ def screen_width(sampling: Sampling, vocab_size: int) -> int:
 
   The exact top-k must lie among them and be provably so (`_screened_top`).
   For k = 50 on the 270M's rollouts, 128 candidates left 3-7 of 63 decode
-  steps unproved (each then computes the whole head), 256 left 0-1
-  (bench/lm_head_screen.py counts them). Sampling from the whole vocabulary
+  steps unproved (each then computes the whole head; ad hoc), 256 left 0-2
+  (bench/lm_head_screen.py counts them; docs/results/lm_head_screen). Sampling from the whole vocabulary
   (no top-k) needs every logit, so it gets no screen.
   """
   k = 1 if sampling.greedy else sampling.top_k
