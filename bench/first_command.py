@@ -58,8 +58,8 @@ def trained_equations(max_steps: int, c=None) -> set[str]:
   return seen
 
 
-def run_seed(seed: int, out: pathlib.Path, config: str = CONFIG) -> float:
-  """Trains `config` with rollout and LoRA seed `seed`; keeps its evidence in out/seed_S."""
+def run_seed(seed: int, out: pathlib.Path, config: str = CONFIG, overrides=()) -> float:
+  """Trains `config` with rollout and LoRA seed `seed` (and `--config.K=V` overrides); keeps its evidence in out/seed_S."""
   workdir = out / f"seed_{seed}"
   if workdir.exists():
     shutil.rmtree(workdir)
@@ -69,7 +69,8 @@ def run_seed(seed: int, out: pathlib.Path, config: str = CONFIG) -> float:
   start = time.perf_counter()
   proc = subprocess.Popen(
       [sys.executable, "-m", "gemma_grpo.train", "--config", config, "--workdir", str(run_dir),
-       f"--config.rollout.seed={seed}", f"--config.lora.seed={seed}"],
+       f"--config.rollout.seed={seed}", f"--config.lora.seed={seed}",
+       *[f"--config.{o}" for o in overrides]],
       cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   lines = []
   for line in proc.stdout:
@@ -120,10 +121,14 @@ def main() -> None:
   parser.add_argument("--out", type=pathlib.Path, default=REPO / "docs/results/first_command")
   parser.add_argument("--summarize-only", action="store_true",
                       help="print the table of runs already in --out")
+  parser.add_argument("--config-override", action="append", default=[], metavar="KEY=VALUE",
+                      help="passed to the command as --config.KEY=VALUE (repeatable); use"
+                           " another --out, so README's evidence is not overwritten")
   args = parser.parse_args()
   if not args.summarize_only:
     for seed in args.seeds:
-      print(f"seed {seed}: {run_seed(seed, args.out) / 60:.1f} min", flush=True)
+      minutes = run_seed(seed, args.out, overrides=args.config_override) / 60
+      print(f"seed {seed}: {minutes:.1f} min", flush=True)
   from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
 
   summarize(args.out, args.seeds, trained_equations(gemma3_270m.get_config().train.max_steps))

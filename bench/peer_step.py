@@ -61,6 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                  help="a random 2-layer Gemma-3 instead of the 270M: checks the plumbing")
   p.add_argument("--trl-gradient-checkpointing", action="store_true",
                  help="TRL's default; off by default since gemma-grpo does not rematerialise")
+  p.add_argument("--ours-override", action="append", default=[], metavar="KEY=VALUE",
+                 help="passed to our trainer as --config.KEY=VALUE (repeatable), e.g."
+                      " rollout.decode_dtype=bfloat16; recorded in --json")
   p.add_argument("--workdir", type=pathlib.Path,
                  help="keep run directories and logs here (default: a temporary directory)")
   return p.parse_args(argv)
@@ -71,12 +74,13 @@ def run_ours(args, work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Pa
   run_dir = work / "ours"
   cmd = common.ours_command(
       workdir=run_dir, data=data, model_source=str(model_dir),
-      steps=args.steps + common.WARMUP_STEPS, prompt_length=prompt_width)
+      steps=args.steps + common.WARMUP_STEPS, prompt_length=prompt_width,
+      extra=[f"--config.{o}" for o in args.ours_override])
   child = common.run_child(cmd, log=work / "ours.log")
   steps = common.ours_steps(run_dir)
   return {"framework": "gemma-grpo", "returncode": child.returncode,
           "wall_seconds": child.seconds, "peak_rss_gib": child.peak_rss_gib,
-          "prompt_width": prompt_width,
+          "prompt_width": prompt_width, "overrides": args.ours_override,
           "ignore_eos": common.has_config_key("rollout.ignore_eos"),
           "steps": steps, "summary": common.summarize(steps)}
 

@@ -120,7 +120,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.engine = "grouped"
   # Precision of the grouped engine's decode weights and LM head: "bfloat16"
   # reads half the bytes per token; samples then come from the policy rounded
-  # to bfloat16 (BENCHMARKS.md, "Decode in bfloat16", measures both).
+  # to bfloat16, and the loss's importance ratio divides by that sampler's own
+  # log-probs, so PPO's clip bounds the difference (BENCHMARKS.md, "Decode in
+  # bfloat16", measures both).
   c.rollout.decode_dtype = "float32"
   # The grouped engine's float32 LM head under top-k or greedy decoding: "auto"
   # ranks the vocabulary with a bfloat16 copy, rescores the best candidates in

@@ -263,6 +263,9 @@ class _Round:
   rewards: np.ndarray  # [n] sum of reward functions + overlong penalty
   fn_rewards: dict[str, np.ndarray]  # reward function name -> [n]
   seconds: float
+  # [n, L] log-probs of the sampled tokens under the sampler's own logits
+  # (0 past each row's end); None unless the learner asks for them.
+  sample_logps: np.ndarray | None = None
 
 
 def _left_pad(rows: list[np.ndarray], pad: int) -> np.ndarray:
@@ -311,7 +314,8 @@ class Learner(grpo_learner.GRPOLearner):
 
   def __init__(self, *args, rollout_seed: int,
                refill_problems: Sequence[data_lib.Problem] | None = None,
-               stop_text: str = "", updates_per_batch: int = 1, **kwargs):
+               stop_text: str = "", updates_per_batch: int = 1,
+               sampler_logps: bool = False, **kwargs):
     super().__init__(*args, **kwargs)
     cfg = self.algo_config
     if not isinstance(cfg, AlgoConfig):
@@ -330,6 +334,9 @@ class Learner(grpo_learner.GRPOLearner):
     # Updates after a batch's first see samples of an older policy: they need
     # the sampling policy's log-probs for the importance ratio.
     self._off_policy = updates_per_batch > 1
+    # A sampler that rounds the policy (rollout.decode_dtype="bfloat16") is a
+    # behaviour policy of its own: its log-probs are the ratio's denominator.
+    self._sampler_logps = sampler_logps
     self._rollout_key = jax.random.PRNGKey(rollout_seed)
     self._refill_problems = refill_problems
     self._call = (-1, 0)  # (step, calls made during it)
@@ -343,6 +350,7 @@ class Learner(grpo_learner.GRPOLearner):
     cfg = self.algo_config
     rollout_config = self.rl_cluster.get_rollout_config(mode)
     rollout_config.seed = key
+    rollout_config.return_logprobs = self._sampler_logps and mode == Mode.TRAIN
     limit = rollout_config.max_tokens_to_generate
     pad = self.rl_cluster.rollout.pad_id()
     start = time.perf_counter()
@@ -357,6 +365,9 @@ class Learner(grpo_learner.GRPOLearner):
     truncated = np.zeros(n, dtype=bool)
     stops = np.asarray(rollout_config.eos_tokens or [self.rl_cluster.rollout.eos_id()])
     texts = list(out.text)
+    sample_logps = None
+    if rollout_config.return_logprobs:
+      sample_logps = np.zeros((n, limit), dtype=np.float32)
     for row, tokens in enumerate(out.tokens):
       tokens = np.asarray(tokens)[:limit]
       cut = tokenizer_lib.tokens_through(tokens, texts[row], self._stop_text,
@@ -365,6 +376,8 @@ class Learner(grpo_learner.GRPOLearner):
         # Ends here as at a stop token: what follows is neither scored nor trained.
         tokens, texts[row] = tokens[:cut[0]], cut[1]
       completion_ids[row, :len(tokens)] = tokens
+      if sample_logps is not None:
+        sample_logps[row, :len(tokens)] = np.asarray(out.logprobs[row])[:len(tokens)]
       lengths[row] = len(tokens)
       truncated[row] = (cut is None and len(tokens) >= limit
                         and not np.isin(tokens, stops).any())
@@ -386,7 +399,7 @@ class Learner(grpo_learner.GRPOLearner):
       self.rl_cluster.buffer_metrics({"rewards/overlong": (penalty, np.mean)}, mode=mode)
       rewards = rewards + penalty
     return _Round(inputs, np.asarray(out.left_padded_prompt_tokens), completion_ids,
-                  lengths, truncated, rewards, fn_rewards, seconds)
+                  lengths, truncated, rewards, fn_rewards, seconds, sample_logps)
 
   # --- Tunix's hook --------------------------------------------------------
 
@@ -445,7 +458,12 @@ class Learner(grpo_learner.GRPOLearner):
       self.rl_cluster.buffer_metrics(
           {"perf/reference_seconds": (time.perf_counter() - start, np.sum)}, mode=mode)
     old_logps = None
-    if self._off_policy:
+    if rounds[0].sample_logps is not None:
+      # Importance ratio pi / sampler: PPO's clip then bounds the correction
+      # for the sampler's rounding, as truncated importance sampling does in
+      # TRL and verl (BENCHMARKS.md, "Decode in bfloat16").
+      old_logps = jnp.asarray(np.stack([rounds[r].sample_logps[k] for r, k in rows]))
+    elif self._off_policy:
       # Tunix's own old log-probs ignore the sampling temperature; the loss
       # applies it, so they would disagree before any update.
       model = self.rl_cluster.actor_trainer.model

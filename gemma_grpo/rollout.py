@@ -25,7 +25,8 @@ AVX512_BF16, runs as a bfloat16 dot accumulated in float32. Prefill, the
 trainer and the reference pass stay in the model's own dtype, so the samples
 come from a policy that differs from the trained one by bfloat16 rounding;
 `return_logprobs` gives the decode loop's own log-probabilities of the drawn
-tokens, to measure that difference (bench/decode_precision.py).
+tokens: the learner divides by them in the importance ratio (the sampler is
+the behaviour policy), and bench/decode_precision.py measures the difference.
 
 The float32 LM head (the tied embedding, 671 MB for the 270M) is the largest
 read of a decode step. With top-k sampling or greedy decoding only the k

@@ -168,6 +168,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
       refill_problems=splits.train,  # fresh prompts for grpo.dynamic_sampling
       stop_text=c.rollout.stop_text,
       updates_per_batch=config_lib.updates_per_batch(c),
+      sampler_logps=c.rollout.decode_dtype != "float32",
   )
   # Steps count updates: align Tunix's step counter with the restored one.
   cluster.global_steps = trainer.train_steps

@@ -206,6 +206,57 @@ def test_tiny_config_trains_two_steps_and_logs_diagnostics(tmp_path, algorithm, 
       assert row["diagnostics/train/reward/mean"] == pytest.approx(row["rewards/train/sum"] - 1.0)
 
 
+
+def test_a_bfloat16_sampler_is_the_ratios_behaviour_policy(tmp_path):
+  # The float32 trainer scores samples drawn from the policy rounded to
+  # bfloat16: the first update's ratio pi / sampler is no longer exactly 1
+  # (as it is with a float32 sampler, tests above), but close to it.
+  workdir = tmp_path / "run"
+  run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
+           "--config.rollout.decode_dtype=bfloat16", "--config.train.max_steps=1",
+           "--config.ckpt.every_steps=1"])
+  (row,) = metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
+  low, high = row["actor/train/ratio/min"], row["actor/train/ratio/max"]
+  assert high - low > 1e-4, (low, high)
+  assert 0.9 < low < 1 < high < 1.1, (low, high)
+
+
+def test_the_sampler_log_probs_follow_the_trained_tokens(monkeypatch, tmp_path):
+  # Each row's sampler log-probs are cut where its tokens are (stop text
+  # included) and the train example carries them as the old log-probs.
+  rounds = {}
+  original = learner.Learner._rollout
+
+  def spy(self, inputs, mode, key):
+    rounds.setdefault("all", []).append(out := original(self, inputs, mode, key))
+    return out
+
+  monkeypatch.setattr(learner.Learner, "_rollout", spy)
+  captured = {}
+  original_example = learner._train_example  # pylint: disable=protected-access
+
+  def keep(*args, **kwargs):
+    captured["example"] = original_example(*args, **kwargs)
+    return captured["example"]
+
+  monkeypatch.setattr(learner, "_train_example", keep)
+  from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import train  # pylint: disable=g-import-not-at-top
+
+  c = config_lib.load("configs/tiny.py")
+  c.rollout.decode_dtype = "bfloat16"
+  c.train.max_steps = c.ckpt.every_steps = 1
+  c.eval.every_steps = 0
+  assert train.train(c, str(tmp_path / "run")) == 0
+  (round_,) = rounds["all"]
+  example = captured["example"]
+  sample_logps = round_.sample_logps
+  assert sample_logps is not None and sample_logps.shape == round_.completion_ids.shape
+  for row, length in enumerate(round_.lengths):
+    assert np.all(sample_logps[row, :length] < 0), row
+    assert np.all(sample_logps[row, length:] == 0), row
+  np.testing.assert_array_equal(np.asarray(example.old_per_token_logps), sample_logps)
+
 # --- several updates per batch (grpo.num_iterations) ---------------------------
 
 TWO_UPDATES = ("--config.grpo.num_iterations=2", "--config.train.max_steps=2",
