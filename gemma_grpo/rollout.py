@@ -256,8 +256,30 @@ def sample_tokens(logits_BxV, key, sampling: Sampling):
   logits_BxV = logits_BxV.astype(jnp.float32) / sampling.temperature
   if sampling.top_p >= 1.0 and not sampling.top_k:
     return jax.random.categorical(key, logits_BxV).astype(jnp.int32)
-  top_logits_BxK, top_ids_BxK = jax.lax.top_k(logits_BxV, sampling.top_k or logits_BxV.shape[-1])
+  top_logits_BxK, top_ids_BxK = top_k(logits_BxV, sampling.top_k or logits_BxV.shape[-1])
   return _draw_from_top(top_logits_BxK, top_ids_BxK, key, sampling)
+
+
+def top_k(x_BxV, k: int):
+  """`jax.lax.top_k(x_BxV, k)`, ties and order included, through vocabulary blocks.
+
+  The k best blocks by their maxima hold the k best entries (see
+  _screen_candidates); ties between block maxima go to the lower block, and
+  the kept blocks are read in vocabulary order, so ties between entries go
+  to the lower id, as top_k's do. Where the vocabulary is not whole blocks,
+  or has fewer than 4k of them, plain top_k.
+  """
+  batch, vocab = x_BxV.shape
+  if vocab % SCREEN_BLOCK or vocab // SCREEN_BLOCK < 4 * k:
+    return jax.lax.top_k(x_BxV, k)
+  blocks_BxNxC = x_BxV.reshape(batch, vocab // SCREEN_BLOCK, SCREEN_BLOCK)
+  _, block_BxK = jax.lax.top_k(blocks_BxNxC.max(axis=-1), k)
+  block_BxK = jnp.sort(block_BxK, axis=-1)
+  kept_BxKC = jnp.take_along_axis(blocks_BxNxC, block_BxK[..., None], axis=1).reshape(batch, -1)
+  top_BxK, at_BxK = jax.lax.top_k(kept_BxKC, k)
+  ids_BxK = (jnp.take_along_axis(block_BxK, at_BxK // SCREEN_BLOCK, axis=-1) * SCREEN_BLOCK
+             + at_BxK % SCREEN_BLOCK)
+  return top_BxK, ids_BxK
 
 
 def _draw_from_top(top_logits_BxK, top_ids_BxK, key, sampling: Sampling):

@@ -324,3 +324,25 @@ def test_screen_candidates_are_the_best_tokens_and_bound_the_rest(vocab, crowded
   np.put_along_axis(others_BxV, want_BxW, -np.inf, axis=-1)
   assert np.all(others_BxV.max(axis=-1) <= beyond_B)
   np.testing.assert_array_equal(beyond_B, np.take_along_axis(screen_BxV, want_BxW, -1).min(-1))
+
+
+@pytest.mark.parametrize("values, k", [
+    ("distinct", 50), ("ties", 50), ("ties", 7), ("best-in-one-block", 40), ("distinct", 1),
+    ("no whole blocks", 50), ("tie across blocks", 2)])
+def test_top_k_is_lax_top_k_with_its_ties_and_order(values, k):
+  rng = np.random.default_rng(3)
+  vocab = 8000 if values == "no whole blocks" else 262144
+  x_BxV = rng.normal(size=(4, vocab)).astype(np.float32)
+  if values == "ties":  # a few hundred distinct values: ties everywhere, at the k-th too
+    x_BxV = np.round(x_BxV * 60) / 60
+  if values == "best-in-one-block":
+    x_BxV[0, 640:680] = 10 + rng.random(40)
+  if values == "tie across blocks":
+    # Row 0's best is 9 in block 5; its second, 3, sits in block 5 and in
+    # block 2: top_k takes the lower id, block 2's, though block 5 ranks first.
+    x_BxV[0] = np.minimum(x_BxV[0], 2.0)
+    x_BxV[0, 5 * 64 + 7], x_BxV[0, 5 * 64 + 1], x_BxV[0, 2 * 64 + 30] = 9.0, 3.0, 3.0
+  got_values, got_ids = rollout.top_k(jnp.asarray(x_BxV), k)
+  want_values, want_ids = jax.lax.top_k(jnp.asarray(x_BxV), k)
+  np.testing.assert_array_equal(got_values, want_values)
+  np.testing.assert_array_equal(got_ids, want_ids)
