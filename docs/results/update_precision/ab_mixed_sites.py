@@ -1,0 +1,6 @@
+import sys, time, subprocess, json
+# run update_step with both checkouts alternating
+for r in range(2):
+  for name, pp in (("f32", "/work/main"), ("mixed", "/tmp/mp")):
+    out = subprocess.run([sys.executable, "/work/main/bench/update_step.py", "--repeats", "3"], env={**__import__("os").environ, "PYTHONPATH": pp}, capture_output=True, text=True)
+    d = json.loads(out.stdout.strip().splitlines()[-1]); print(name, d["median_seconds"], d["seconds"], d["loss"], d["gemma_grpo"], flush=True)
