@@ -222,14 +222,14 @@ def test_a_bfloat16_sampler_is_the_ratios_behaviour_policy(tmp_path):
 
 
 def test_the_sampler_log_probs_follow_the_trained_tokens(monkeypatch, tmp_path):
-  # Each row's sampler log-probs are cut where its tokens are (stop text
-  # included) and the train example carries them as the old log-probs.
-  rounds = {}
+  # Each row's sampler log-probs end where its trained tokens end, and the
+  # train example carries them as the old log-probs.
+  rounds = []
   original = learner.Learner._rollout
 
   def spy(self, inputs, mode, key):
-    rounds.setdefault("all", []).append(out := original(self, inputs, mode, key))
-    return out
+    rounds.append(original(self, inputs, mode, key))
+    return rounds[-1]
 
   monkeypatch.setattr(learner.Learner, "_rollout", spy)
   captured = {}
@@ -248,7 +248,7 @@ def test_the_sampler_log_probs_follow_the_trained_tokens(monkeypatch, tmp_path):
   c.train.max_steps = c.ckpt.every_steps = 1
   c.eval.every_steps = 0
   assert train.train(c, str(tmp_path / "run")) == 0
-  (round_,) = rounds["all"]
+  (round_,) = rounds
   example = captured["example"]
   sample_logps = round_.sample_logps
   assert sample_logps is not None and sample_logps.shape == round_.completion_ids.shape
