@@ -207,23 +207,12 @@ def test_tiny_config_trains_two_steps_and_logs_diagnostics(tmp_path, algorithm, 
 
 
 
-def test_a_bfloat16_sampler_is_the_ratios_behaviour_policy(tmp_path):
+def test_a_bfloat16_sampler_is_the_ratios_behaviour_policy(monkeypatch, tmp_path):
   # The float32 trainer scores samples drawn from the policy rounded to
-  # bfloat16: the first update's ratio pi / sampler is no longer exactly 1
-  # (as it is with a float32 sampler, tests above), but close to it.
-  workdir = tmp_path / "run"
-  run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
-           "--config.rollout.decode_dtype=bfloat16", "--config.train.max_steps=1",
-           "--config.ckpt.every_steps=1"])
-  (row,) = metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
-  low, high = row["actor/train/ratio/min"], row["actor/train/ratio/max"]
-  assert high - low > 1e-4, (low, high)
-  assert 0.9 < low < 1 < high < 1.1, (low, high)
-
-
-def test_the_sampler_log_probs_follow_the_trained_tokens(monkeypatch, tmp_path):
-  # Each row's sampler log-probs end where its trained tokens end, and the
-  # train example carries them as the old log-probs.
+  # bfloat16 against the sampler's own log-probs: each row's end where its
+  # trained tokens end, the train example carries them as the old log-probs,
+  # and the first update's ratio pi / sampler is no longer exactly 1 (as it
+  # is with a float32 sampler, tests above), but close to it.
   rounds = []
   original = learner.Learner._rollout
 
@@ -256,6 +245,10 @@ def test_the_sampler_log_probs_follow_the_trained_tokens(monkeypatch, tmp_path):
     assert np.all(sample_logps[row, :length] < 0), row
     assert np.all(sample_logps[row, length:] == 0), row
   np.testing.assert_array_equal(np.asarray(example.old_per_token_logps), sample_logps)
+  (row,) = metrics.read_jsonl(tmp_path / "run" / "tensorboard" / "metrics.jsonl")
+  low, high = row["actor/train/ratio/min"], row["actor/train/ratio/max"]
+  assert high - low > 1e-4, (low, high)
+  assert 0.9 < low < 1 < high < 1.1, (low, high)
 
 # --- several updates per batch (grpo.num_iterations) ---------------------------
 

@@ -136,10 +136,10 @@ print(json.dumps({{"code": code, **calls}}))
 
 
 @pytest.mark.parametrize("overrides", [
-    ["--config.train.max_steps=3"],
     # No reference log-probs; the sampling policy's for each batch's second update.
     ["--config.train.max_steps=4", "--config.grpo.beta=0", "--config.grpo.num_iterations=2"],
-    # Held-out evals before step 1 and after steps 2 and 3: one set of programs.
+    # The default's programs, and held-out evals before step 1 and after steps
+    # 2 and 3: one set of eval programs.
     ["--config.train.max_steps=3", "--config.eval.every_steps=2"],
 ])
 def test_nothing_compiles_after_the_first_step(tmp_path, overrides):
