@@ -61,6 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                  help="a random 2-layer Gemma-3 instead of the 270M: checks the plumbing")
   p.add_argument("--trl-gradient-checkpointing", action="store_true",
                  help="TRL's default; off by default since gemma-grpo does not rematerialise")
+  p.add_argument("--trl-bf16", action="store_true",
+                 help="TRL's bfloat16 autocast (its default), the peer of"
+                      " --ours-override model.matmul_dtype=bfloat16")
   p.add_argument("--ours-override", action="append", default=[], metavar="KEY=VALUE",
                  help="passed to our trainer as --config.KEY=VALUE (repeatable), e.g."
                       " rollout.decode_dtype=bfloat16; recorded in --json")
@@ -91,11 +94,13 @@ def run_trl(args, work: pathlib.Path, data: pathlib.Path, model_dir: pathlib.Pat
          "--data", data, "--steps", args.steps, "--out", out]
   if args.trl_gradient_checkpointing:
     cmd.append("--gradient-checkpointing")
+  if args.trl_bf16:
+    cmd.append("--bf16")
   child = common.run_child(cmd, log=work / "trl.log",
                            env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
   raw = json.loads(out.read_text()) if out.exists() else {"steps": []}
   widths = [s["prompt_width"] for s in raw["steps"] if s["step"] > common.WARMUP_STEPS]
-  return {**raw, "framework": "trl", "returncode": child.returncode,
+  return {**raw, "framework": "trl", "bf16": args.trl_bf16, "returncode": child.returncode,
           "wall_seconds": child.seconds, "peak_rss_gib": child.peak_rss_gib,
           "prompt_width": common.median(widths),
           "summary": common.summarize(raw["steps"])}

@@ -20,7 +20,8 @@ What is timed, per optimizer step (one step = 4 prompts x 2 generations):
   train      step - rollout - reference: rewards, advantages, the policy
              forward with gradients, backward, clip, AdamW
 
-Settings that matter for fairness: float32 (bf16=False, TRL's default is bf16),
+Settings that matter for fairness: float32 (bf16=False, TRL's default is bf16;
+--bf16 turns it on, the peer of gemma-grpo's model.matmul_dtype=bfloat16),
 gradient_checkpointing=False (TRL's default is True; gemma-grpo does not
 rematerialise layers), loss_type="grpo" (sequence-mean token-mean, as ours),
 min_new_tokens=64 so every completion is exactly 64 tokens, file order
@@ -54,6 +55,8 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--new-tokens", type=int, default=common.NEW_TOKENS)
   p.add_argument("--gradient-checkpointing", action="store_true",
                  help="TRL's own default (recomputes activations in backward)")
+  p.add_argument("--bf16", action="store_true",
+                 help="TRL's own default: bfloat16 autocast (float32 weights, bfloat16 products)")
   p.add_argument("--out", type=pathlib.Path, help="write per-step numbers as JSON here")
   return p.parse_args(argv)
 
@@ -108,7 +111,7 @@ def build_trainer(args, records: list[dict], workdir: str):
   config = trl.GRPOConfig(
       output_dir=workdir,
       use_cpu=True,
-      bf16=False,
+      bf16=args.bf16,
       fp16=False,
       gradient_checkpointing=args.gradient_checkpointing,
       per_device_train_batch_size=batch,  # completions per optimizer step

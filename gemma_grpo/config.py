@@ -27,6 +27,7 @@ from gemma_grpo import storage
 ALGORITHMS = ("grpo", "dapo", "dr_grpo", "gspo")
 GEMMA_VOCAB_SIZE = 262144  # tokens of the Gemma-3 tokenizer
 DTYPES = ("float32", "bfloat16")
+MATMUL_DTYPES = ("float32", "bfloat16")  # gemma_grpo.gemma3_rl.Gemma3.matmul_dtype
 ROLLOUT_ENGINES = ("grouped", "tunix")
 DECODE_DTYPES = ("float32", "bfloat16")  # gemma_grpo.rollout.DECODE_DTYPES
 SCREEN_SETTINGS = ("auto", "on", "off")  # gemma_grpo.rollout.SCREEN_SETTINGS
@@ -260,6 +261,8 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
     raise errors.UserError("\n".join(p))
   m, g, r, t = c.model, c.grpo, c.rollout, c.train
   _check(p, m.dtype in DTYPES, f"model.dtype={m.dtype!r}: use one of {DTYPES}")
+  _check(p, m.matmul_dtype in MATMUL_DTYPES,
+         f"model.matmul_dtype={m.matmul_dtype!r}: use one of {', '.join(MATMUL_DTYPES)}")
   p.extend(_model_source_problems(m))
   if m.source == "random":
     rnd = m.random

@@ -20,6 +20,13 @@
   spent copying (bench/update_step.py --profile). Written out, every
   gradient dot reads its large operand in place. Needs `lora_scale` (alpha / r) on the model, which lora.apply sets;
   without it Qwix's path runs. Seam touch 10 (seam.py).
+* `matmul_dtype` (model.matmul_dtype, set by model_loading): "bfloat16"
+  casts the operands of the feed-forward's frozen products (forward and
+  input gradient) to bfloat16 and accumulates in float32; the adapters,
+  attention, norms and every other operation stay in the parameters' dtype.
+  On CPUs with AMX or AVX512_BF16 such a product runs 2-5x faster than in
+  float32 (BENCHMARKS.md, "Mixed-precision products"). With it the
+  feed-forward runs here for models without adapters too (the reference).
 
 Same parameters, same paths, same checkpoints as Tunix's class: a loaded
 model is converted by swapping its graph definition, without copying.
@@ -42,6 +49,11 @@ seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (s
 
 class Gemma3(gemma3.Gemma3):
   """Tunix's Gemma3, plus last-token-only decoding and hidden states."""
+
+  # The operand dtype of the large products, a name in MATMUL_DTYPES; None
+  # computes them in the parameters' dtype. An attribute, like lora_scale,
+  # so it travels with the graph definition into every jitted pass.
+  matmul_dtype: str | None = None
 
   def empty_cache(self, batch: int, slots: int) -> dict:
     """A zeroed KV cache in Tunix's layout ([B, S, K, H] per layer), writing from slot 0."""
@@ -90,12 +102,13 @@ class Gemma3(gemma3.Gemma3):
     new_cache = None if cache is None else {}
     x = self._encode_and_get_inputs(tokens=last_tokens)
     lora_scale = getattr(self, "lora_scale", None)
-    own_mlp = lora_scale is not None and self.config.remat_config == gemma3.RematConfig.NONE
+    no_remat = self.config.remat_config == gemma3.RematConfig.NONE
     for i, layer in enumerate(self.layers):
       name = f"layer_{i}"
       layer_cache = cache[name] if cache else None
-      if own_mlp and hasattr(layer.mlp.gate_proj, "kernel_lora_a"):
-        layer_cache, x = _decoder_layer(layer, x, positions, layer_cache, attention_mask, lora_scale)
+      if no_remat and _feed_forward_runs_here(layer.mlp, lora_scale, self.matmul_dtype):
+        layer_cache, x = _decoder_layer(layer, x, positions, layer_cache, attention_mask,
+                                        lora_scale, self.matmul_dtype)
       else:
         layer_cache, x = layer(x, positions, layer_cache, attention_mask)
       if cache is not None:
@@ -106,57 +119,80 @@ class Gemma3(gemma3.Gemma3):
     return self.embedder.decode(x), new_cache
 
 
-def _decoder_layer(layer, x, positions, cache, attention_mask, lora_scale: float):
+def _feed_forward_runs_here(mlp, lora_scale: float | None, matmul_dtype: str | None) -> bool:
+  adapted = any(hasattr(linear, "kernel_lora_a")
+                for linear in (mlp.gate_proj, mlp.up_proj, mlp.down_proj))
+  # An adapted projection needs Qwix's scale; without it Qwix's own path runs.
+  return lora_scale is not None if adapted else matmul_dtype is not None
+
+
+def _decoder_layer(layer, x, positions, cache, attention_mask, lora_scale: float | None,
+                   matmul_dtype: str | None):
   """Tunix's DecoderLayer.block with the feed-forward of `_feed_forward`."""
   cache, attn_output = layer.attn(layer.pre_attention_norm(x), positions, cache, attention_mask)
   attn_output = layer.post_attention_norm(attn_output) + x
-  outputs = _feed_forward(layer.mlp, layer.pre_ffw_norm(attn_output), lora_scale)
+  outputs = _feed_forward(layer.mlp, layer.pre_ffw_norm(attn_output), lora_scale, matmul_dtype)
   return cache, layer.post_ffw_norm(outputs) + attn_output
 
 
-def _feed_forward(mlp, x_BxTxD, lora_scale: float):
+def _feed_forward(mlp, x_BxTxD, lora_scale: float | None, matmul_dtype: str | None):
   """Tunix's FeedForward (gelu(x·Wg) * x·Wu)·Wd, each projection through `_linear`."""
-  gate_BxTxF = _linear(mlp.gate_proj, x_BxTxD, lora_scale)
-  up_BxTxF = _linear(mlp.up_proj, x_BxTxD, lora_scale)
+  linear = functools.partial(_linear, lora_scale=lora_scale, matmul_dtype=matmul_dtype)
+  gate_BxTxF = linear(mlp.gate_proj, x_BxTxD)
+  up_BxTxF = linear(mlp.up_proj, x_BxTxD)
   activations_BxTxF = sharding_utils.shard(
       nnx.gelu(gate_BxTxF) * up_BxTxF, mlp.config.shd_config.act_btf)
-  return _linear(mlp.down_proj, activations_BxTxF, lora_scale)
+  return linear(mlp.down_proj, activations_BxTxF)
 
 
-def _linear(linear: nnx.Linear, x, lora_scale: float):
+def _linear(linear: nnx.Linear, x, *, lora_scale: float | None, matmul_dtype: str | None):
   """A bias-free nnx.Linear, with its Qwix adapter (if any) through lora_dot."""
   adapter_a = getattr(linear, "kernel_lora_a", None)
   if adapter_a is None:
-    return linear(x)
+    if matmul_dtype is None:
+      return linear(x)
+    dtype = jnp.result_type(x, linear.kernel.value)
+    return jnp.einsum("...i,io->...o", _operand(x, matmul_dtype),
+                      _operand(linear.kernel.value, matmul_dtype),
+                      preferred_element_type=dtype)
   return lora_dot(x, linear.kernel.value, adapter_a.value, linear.kernel_lora_b.value,
-                  lora_scale)
+                  lora_scale, matmul_dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def lora_dot(x_BxTxI, w_IxO, a_IxR, b_RxO, scale: float):
-  """x·W + (x·A)·B·scale, Qwix's LoRA dot_general for a kernel W [in, out]."""
-  return _lora_dot_forward(x_BxTxI, w_IxO, a_IxR, b_RxO, scale)[0]
+def _operand(x, matmul_dtype: str | None):
+  return x if matmul_dtype is None else x.astype(matmul_dtype)
 
 
-def _lora_dot_forward(x_BxTxI, w_IxO, a_IxR, b_RxO, scale):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def lora_dot(x_BxTxI, w_IxO, a_IxR, b_RxO, scale: float, matmul_dtype: str | None = None):
+  """x·W + (x·A)·B·scale, Qwix's LoRA dot_general for a kernel W [in, out].
+
+  With `matmul_dtype`, x·W (and its input gradient dy·Wᵀ) multiplies operands
+  cast to it, accumulating in x's dtype; the adapters' products do not.
+  """
+  return _lora_dot_forward(x_BxTxI, w_IxO, a_IxR, b_RxO, scale, matmul_dtype)[0]
+
+
+def _lora_dot_forward(x_BxTxI, w_IxO, a_IxR, b_RxO, scale, matmul_dtype):
   dtype = jnp.result_type(x_BxTxI, w_IxO)
   x_BxTxI, w_IxO = x_BxTxI.astype(dtype), w_IxO.astype(dtype)
   xa_BxTxR = jnp.einsum("bti,ir->btr", x_BxTxI, a_IxR)
-  y_BxTxO = (jnp.einsum("bti,io->bto", x_BxTxI, w_IxO)
-             + jnp.einsum("btr,ro->bto", xa_BxTxR, b_RxO) * scale)
+  xw_BxTxO = jnp.einsum("bti,io->bto", _operand(x_BxTxI, matmul_dtype),
+                        _operand(w_IxO, matmul_dtype), preferred_element_type=dtype)
+  y_BxTxO = xw_BxTxO + jnp.einsum("btr,ro->bto", xa_BxTxR, b_RxO) * scale
   return y_BxTxO, xa_BxTxR
 
 
-def _lora_dot_fwd(x, w, a, b, scale):
+def _lora_dot_fwd(x, w, a, b, scale, matmul_dtype):
   # symbolic_zeros=True: each argument says whether it is differentiated, so
   # the frozen W's gradient (a full [in, out] product) is computed only if asked.
-  y_BxTxO, xa_BxTxR = _lora_dot_forward(x.value, w.value, a.value, b.value, scale)
+  y_BxTxO, xa_BxTxR = _lora_dot_forward(x.value, w.value, a.value, b.value, scale, matmul_dtype)
   # Residual pytrees keep None/() apart: the flags stay static in bwd.
   wants_dx_dw = (() if x.perturbed else None, () if w.perturbed else None)
   return y_BxTxO, (x.value, w.value, a.value, b.value, xa_BxTxR, wants_dx_dw)
 
 
-def _lora_dot_bwd(scale, residuals, dy_BxTxO):
+def _lora_dot_bwd(scale, matmul_dtype, residuals, dy_BxTxO):
   x_BxTxI, w_IxO, a_IxR, b_RxO, xa_BxTxR, (wants_dx, wants_dw) = residuals
   if isinstance(dy_BxTxO, jax.custom_derivatives.SymbolicZero):
     return None, None, None, None
@@ -164,7 +200,8 @@ def _lora_dot_bwd(scale, residuals, dy_BxTxO):
   dyb_BxTxR = jnp.einsum("bto,ro->btr", dy_BxTxO, b_RxO) * scale
   dx = dw = None
   if wants_dx is not None:
-    dx = (jnp.einsum("bto,io->bti", dy_BxTxO, w_IxO)
+    dx = (jnp.einsum("bto,io->bti", _operand(dy_BxTxO, matmul_dtype),
+                     _operand(w_IxO, matmul_dtype), preferred_element_type=dy_BxTxO.dtype)
           + jnp.einsum("btr,ir->bti", dyb_BxTxR, a_IxR)).astype(x_BxTxI.dtype)
   if wants_dw is not None:
     dw = jnp.einsum("bti,bto->io", x_BxTxI, dy_BxTxO).astype(w_IxO.dtype)

@@ -40,6 +40,7 @@ def logps_and_entropy_from_hidden(
     targets_BxC: jax.Array,
     temperature: float = 1.0,
     chunk: int = DEFAULT_CHUNK,
+    matmul_dtype: str | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """log p(target) and the entropy of softmax(hidden @ embed.T / temperature).
 
@@ -52,9 +53,13 @@ def logps_and_entropy_from_hidden(
   would recompute every chunk's logits and then multiply by the embedding
   again (three vocabulary-sized products instead of two). Gradients through
   the entropy or into the embedding take that autodiff path.
+
+  With `matmul_dtype` ("bfloat16"), both vocabulary-sized products multiply
+  operands cast to it, accumulating in float32 (gemma3_rl.Gemma3.matmul_dtype).
   """
   chunk = min(chunk, embed_VxD.shape[0])
-  return _logps_and_entropy(hidden_BxCxD, embed_VxD, targets_BxC, float(temperature), chunk)
+  return _logps_and_entropy(hidden_BxCxD, embed_VxD, targets_BxC, float(temperature), chunk,
+                            matmul_dtype)
 
 
 def _chunked(embed_VxD, chunk: int):
@@ -67,7 +72,7 @@ def _chunked(embed_VxD, chunk: int):
 
 
 def _scan_vocabulary(hidden_BxCxD, embed_VxD, targets_BxC, temperature, chunk,
-                     expected_embedding: bool):
+                     matmul_dtype, expected_embedding: bool):
   """Online log-sum-exp over vocabulary chunks; optionally sum_k p_k embed[k] too."""
   vocab = embed_VxD.shape[0]
   embed_NxKxD, rows_NxK = _chunked(embed_VxD, chunk)
@@ -78,14 +83,15 @@ def _scan_vocabulary(hidden_BxCxD, embed_VxD, targets_BxC, temperature, chunk,
   def body(carry, xs):
     run_max, run_sum, run_dot, run_target, run_embed = carry
     embed_KxD, rows_K = xs
-    logits_BxCxK = _chunk_logits(hidden_BxCxD, embed_KxD, rows_K < vocab, temperature)
+    logits_BxCxK = _chunk_logits(hidden_BxCxD, embed_KxD, rows_K < vocab, temperature,
+                                 matmul_dtype)
     c_max = logits_BxCxK.max(axis=-1)
     weights_BxCxK = jnp.exp(logits_BxCxK - c_max[..., None])
     new_max = jnp.maximum(run_max, c_max)
     old_scale, new_scale = jnp.exp(run_max - new_max), jnp.exp(c_max - new_max)
     if expected_embedding:
-      c_embed = jnp.einsum("bck,kd->bcd", weights_BxCxK, embed_KxD,
-                           preferred_element_type=jnp.float32)
+      c_embed = jnp.einsum("bck,kd->bcd", _operand(weights_BxCxK, matmul_dtype),
+                           _operand(embed_KxD, matmul_dtype), preferred_element_type=jnp.float32)
       run_embed = run_embed * old_scale[..., None] + c_embed * new_scale[..., None]
     return (
         new_max,
@@ -108,11 +114,16 @@ def _scan_vocabulary(hidden_BxCxD, embed_VxD, targets_BxC, temperature, chunk,
   return logps_BxC, entropy_BxC
 
 
-def _chunk_logits(hidden_BxCxD, embed_KxD, valid_K, temperature):
+def _chunk_logits(hidden_BxCxD, embed_KxD, valid_K, temperature, matmul_dtype):
   logits_BxCxK = jnp.einsum(
-      "bcd,kd->bck", hidden_BxCxD, embed_KxD, preferred_element_type=jnp.float32
+      "bcd,kd->bck", _operand(hidden_BxCxD, matmul_dtype), _operand(embed_KxD, matmul_dtype),
+      preferred_element_type=jnp.float32,
   ) / temperature
   return jnp.where(valid_K, logits_BxCxK, _NEG)
+
+
+def _operand(x, matmul_dtype: str | None):
+  return x if matmul_dtype is None else x.astype(matmul_dtype)
 
 
 def _picked(logits_BxCxK, local_BxC):
@@ -124,22 +135,23 @@ def _picked(logits_BxCxK, local_BxC):
   return jnp.where(in_chunk_BxC, picked_BxC, 0.0)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
-def _logps_and_entropy(hidden_BxCxD, embed_VxD, targets_BxC, temperature, chunk):
-  return _scan_vocabulary(hidden_BxCxD, embed_VxD, targets_BxC, temperature, chunk, False)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _logps_and_entropy(hidden_BxCxD, embed_VxD, targets_BxC, temperature, chunk, matmul_dtype):
+  return _scan_vocabulary(hidden_BxCxD, embed_VxD, targets_BxC, temperature, chunk,
+                          matmul_dtype, False)
 
 
-def _logps_and_entropy_fwd(hidden, embed, targets, temperature, chunk):
+def _logps_and_entropy_fwd(hidden, embed, targets, temperature, chunk, matmul_dtype):
   wants_expected = hidden.perturbed
   outputs = _scan_vocabulary(hidden.value, embed.value, targets.value, temperature, chunk,
-                             wants_expected)
+                             matmul_dtype, wants_expected)
   expected_BxCxD = outputs[2] if wants_expected else None
   # Residual pytrees keep None/() apart: the flag stays static in bwd.
   embed_flag = () if embed.perturbed else None
   return outputs[:2], (hidden.value, embed.value, targets.value, expected_BxCxD, embed_flag)
 
 
-def _logps_and_entropy_bwd(temperature, chunk, residuals, cotangents):
+def _logps_and_entropy_bwd(temperature, chunk, matmul_dtype, residuals, cotangents):
   hidden_BxCxD, embed_VxD, targets_BxC, expected_BxCxD, embed_flag = residuals
   d_logps_BxC, d_entropy_BxC = cotangents
   zero = jax.custom_derivatives.SymbolicZero
@@ -148,7 +160,7 @@ def _logps_and_entropy_bwd(temperature, chunk, residuals, cotangents):
   if expected_BxCxD is None or embed_flag is not None or not isinstance(d_entropy_BxC, zero):
     # The general case, by autodiff of the same chunked scan.
     _, vjp = jax.vjp(
-        lambda h, e: _scan_vocabulary(h, e, targets_BxC, temperature, chunk, False),
+        lambda h, e: _scan_vocabulary(h, e, targets_BxC, temperature, chunk, matmul_dtype, False),
         hidden_BxCxD, embed_VxD)
     d_hidden, d_embed = vjp(tuple(
         jnp.zeros(targets_BxC.shape, jnp.float32) if isinstance(d, zero) else d
@@ -197,7 +209,7 @@ def per_token_logps(
     hidden_BxCxD = hidden_BxLxD[:, prompt_len - 1:prompt_len + completion_len - 1]
   embed_VxD = model.embedder.input_embedding.value
   return logps_and_entropy_from_hidden(
-      hidden_BxCxD, embed_VxD, completion_ids_BxC, temperature, chunk
+      hidden_BxCxD, embed_VxD, completion_ids_BxC, temperature, chunk, model.matmul_dtype
   )
 
 

@@ -251,5 +251,7 @@ def build(c: ml_collections.ConfigDict, mesh) -> Loaded:
     tokenizer_dir = model_dir
   tokenizer = tokenizer_lib.load(tokenizer_dir)
   model = gemma3_rl.convert(model)
+  # "float32" means no cast: the products run in the parameters' dtype.
+  model.matmul_dtype = None if c.matmul_dtype == "float32" else c.matmul_dtype
   return Loaded(model, tokenizer, model_dir, tokenizer_dir)
 

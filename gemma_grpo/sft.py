@@ -80,7 +80,8 @@ def loss_fn(model, tokens_BxL, target_mask_BxL, pad_id: int):
   hidden_BxLxD = model.hidden_states(tokens_BxL, positions_BxL, mask_BxLxL)
   # The state after token t predicts token t + 1.
   logps_BxT, _ = logprobs.logps_and_entropy_from_hidden(
-      hidden_BxLxD[:, :-1], model.embedder.input_embedding.value, tokens_BxL[:, 1:]
+      hidden_BxLxD[:, :-1], model.embedder.input_embedding.value, tokens_BxL[:, 1:],
+      matmul_dtype=model.matmul_dtype,
   )
   weights_BxT = target_mask_BxL[:, 1:]
   return -(logps_BxT * weights_BxT).sum() / weights_BxT.sum().clip(min=1.0)

@@ -171,3 +171,54 @@ def test_own_feed_forward_matches_qwix_in_values_and_lora_gradients(tiny):
     np.testing.assert_allclose(grad.value, expected.value, atol=1e-4 * scale, err_msg=str(path))
   mlp_paths = [p for p, _ in nnx.to_flat_state(grads) if "mlp" in p]
   assert len(mlp_paths) == 6 * c.model.random.num_layers  # gate, up, down x (A, B)
+
+
+def test_lora_dot_in_bfloat16_rounds_only_the_frozen_products():
+  keys = jax.random.split(jax.random.key(2), 5)
+  x = jax.random.normal(keys[0], (2, 5, 64))
+  w = jax.random.normal(keys[1], (64, 48))
+  a = jax.random.normal(keys[2], (64, 3))
+  b = jax.random.normal(keys[3], (3, 48))
+  cotangent = jax.random.normal(keys[4], (2, 5, 48))
+  bf16 = functools.partial(jnp.einsum, preferred_element_type=jnp.float32)
+
+  def mixed_form(x, w, a, b):  # x·W from bfloat16 operands, the adapter term in float32
+    return (bf16("bti,io->bto", x.astype(jnp.bfloat16), w.astype(jnp.bfloat16))
+            + jnp.einsum("bti,ir,ro->bto", x, a, b) * 0.7)
+
+  y = gemma3_rl.lora_dot(x, w, a, b, 0.7, "bfloat16")
+  y32 = gemma3_rl.lora_dot(x, w, a, b, 0.7)
+  assert y.dtype == jnp.float32
+  np.testing.assert_allclose(y, mixed_form(x, w, a, b), rtol=1e-5, atol=1e-5)
+  assert float(jnp.abs(y - y32).max()) > 1e-3  # the cast happened
+  np.testing.assert_allclose(y, y32, rtol=0.05, atol=0.2)
+
+  dx, da, db = jax.grad(lambda *args: jnp.sum(gemma3_rl.lora_dot(*args, 0.7, "bfloat16") * cotangent),
+                        (0, 2, 3))(x, w, a, b)
+  dx32, da32, db32 = jax.grad(lambda *args: jnp.sum(gemma3_rl.lora_dot(*args, 0.7) * cotangent),
+                              (0, 2, 3))(x, w, a, b)
+  want_dx = (bf16("bto,io->bti", cotangent.astype(jnp.bfloat16), w.astype(jnp.bfloat16))
+             + jnp.einsum("bto,ro,ir->bti", cotangent, b, a) * 0.7)
+  np.testing.assert_allclose(dx, want_dx, rtol=1e-5, atol=1e-4)
+  assert float(jnp.abs(dx - dx32).max()) > 1e-3
+  # The adapters' gradients never meet W: the same numbers as in float32.
+  np.testing.assert_allclose(da, da32, rtol=1e-6)
+  np.testing.assert_allclose(db, db32, rtol=1e-6)
+
+
+def test_matmul_dtype_reaches_the_reference_and_the_lora_policy(tiny):
+  c, mesh, loaded = tiny
+  tokens, positions, mask = _inputs()
+  actor = lora.apply(nnx.clone(loaded.model), c.lora, mesh)
+  nnx.update(actor, jax.tree.map(lambda x: x + 0.05, nnx.state(actor, nnx.LoRAParam)))
+  for model in (nnx.clone(loaded.model), actor):  # the reference, then the LoRA policy
+    mixed = nnx.clone(model)
+    mixed.matmul_dtype = "bfloat16"
+    with jax.set_mesh(mesh):
+      program = str(jax.make_jaxpr(lambda m: m.hidden_states(tokens, positions, mask))(mixed))
+      want = _hidden(model, tokens, positions, mask)
+      got = _hidden(mixed, tokens, positions, mask)
+    # gate, up and down read bfloat16 operands in every layer
+    assert program.count("bf16[64,128]") + program.count("bf16[128,64]") >= 3 * c.model.random.num_layers
+    assert got.dtype == jnp.float32
+    assert 0 < float(jnp.abs(got - want).max()) < 0.05 * float(jnp.abs(want).max())

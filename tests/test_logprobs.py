@@ -164,3 +164,23 @@ def test_gradient_into_the_embedding_alone_matches_full_softmax():
     return jnp.take_along_axis(logp, targets[..., None], -1)[..., 0].sum()
 
   np.testing.assert_allclose(jax.grad(chunked)(embed), jax.grad(full)(embed), atol=1e-4)
+
+
+def test_bfloat16_products_round_the_logits_like_bfloat16_operands():
+  rng = np.random.default_rng(3)
+  hidden = jnp.array(rng.normal(size=(2, 3, 64)), jnp.float32)
+  embed = jnp.array(rng.normal(size=(40, 64)) * 0.2, jnp.float32)
+  targets = jnp.array(rng.integers(0, 40, size=(2, 3)))
+  got, _ = logprobs.logps_and_entropy_from_hidden(hidden, embed, targets, 0.9, 16, "bfloat16")
+  exact, _ = logprobs.logps_and_entropy_from_hidden(hidden, embed, targets, 0.9, 16)
+  rounded = lambda x: np.asarray(x.astype(jnp.bfloat16).astype(jnp.float32), np.float64)
+  want, _ = _reference(rounded(hidden), rounded(embed), np.asarray(targets), 0.9)
+  np.testing.assert_allclose(got, want, atol=1e-4)
+  assert float(jnp.abs(got - exact).max()) > 1e-4  # the operands really were rounded
+
+  def policy_gradient(h, matmul_dtype):
+    return jax.grad(lambda h: logprobs.logps_and_entropy_from_hidden(
+        h, embed, targets, 0.9, 16, matmul_dtype)[0].sum())(h)
+
+  np.testing.assert_allclose(policy_gradient(hidden, "bfloat16"), policy_gradient(hidden, None),
+                             atol=2e-2)
