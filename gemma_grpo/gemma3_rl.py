@@ -50,7 +50,7 @@ seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (s
 class Gemma3(gemma3.Gemma3):
   """Tunix's Gemma3, plus last-token-only decoding and hidden states."""
 
-  # The operand dtype of the large products, a name in MATMUL_DTYPES; None
+  # The operand dtype of the large products ("bfloat16", config.MATMUL_DTYPES); None
   # computes them in the parameters' dtype. An attribute, like lora_scale,
   # so it travels with the graph definition into every jitted pass.
   matmul_dtype: str | None = None

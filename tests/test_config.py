@@ -91,6 +91,7 @@ def _invalid(c, device_count=1):
     ("rollout.top_p", 0.0, "rollout.top_p=0.0"),
     ("rollout.engine", "vllm", "rollout.engine='vllm'"),
     ("rollout.decode_dtype", "int4", "rollout.decode_dtype='int4': must be one of float32, bfloat16"),
+    ("model.matmul_dtype", "fp8", "model.matmul_dtype='fp8': use one of float32, bfloat16"),
     ("rollout.screen_lm_head", "yes", "rollout.screen_lm_head='yes': must be one of auto, on, off"),
     ("optim.warmup_fraction", 1.0, "optim.warmup_fraction=1.0"),
     ("optim.peak_lr", 0.0, "optim.peak_lr=0.0"),
