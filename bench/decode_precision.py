@@ -134,24 +134,31 @@ def speed(actor, tokenizer, mesh, repeats: int, smoke: bool) -> dict:
   return result
 
 
-def greedy_agreement(actor, tokenizer, mesh, smoke: bool) -> dict:
+def greedy_agreement(actor, tokenizer, mesh, smoke: bool, variants: dict | None = None) -> dict:
+  """Greedy eval through two variants named float32 and bfloat16.
+
+  `variants` maps each name to (policy, decode_dtype); by default the actor
+  with each decode dtype. bench/matmul_precision.py passes its own.
+  """
   from configs import gemma3_270m_accuracy  # pylint: disable=g-import-not-at-top
   from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import eval_generation  # pylint: disable=g-import-not-at-top
   from gemma_grpo import scoring  # pylint: disable=g-import-not-at-top
   from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
+  variants = variants or {d: (actor, d) for d in DTYPES}
   c = gemma3_270m_accuracy.get_config()
   if smoke:
     c.data.num_heldout, c.eval.max_new_tokens = 8, 8
   problems = data_lib.build_splits(c.data, tokenizer, c.rollout.max_prompt_length).heldout
   out = {}
   for d in DTYPES:
+    policy, decode_dtype = variants[d]
     generator = eval_generation.Generator(
-        actor, tokenizer, mesh, max_prompt_length=c.rollout.max_prompt_length,
+        policy, tokenizer, mesh, max_prompt_length=c.rollout.max_prompt_length,
         max_new_tokens=c.eval.max_new_tokens, stop_token_ids=tokenizer_lib.stop_token_ids(tokenizer),
         stop_text=c.rollout.stop_text, engine="grouped",
-        lora_scale=common.LORA_ALPHA / common.LORA_RANK, decode_dtype=d)
+        lora_scale=common.LORA_ALPHA / common.LORA_RANK, decode_dtype=decode_dtype)
     start = time.perf_counter()
     with mesh:
       done = generator.generate([p.prompt for p in problems],
@@ -171,38 +178,48 @@ def greedy_agreement(actor, tokenizer, mesh, smoke: bool) -> dict:
           "eval_seconds": {d: out[d]["seconds"] for d in DTYPES}}
 
 
-def sampled_ratios(actor, tokenizer, mesh, steps: int, smoke: bool) -> dict:
+def draw_batches(engine, tokenizer, mesh, c, steps: int):
+  """(drawn, completion_BxT) for each of the first `steps` training batches of config `c`,
+  with the engine's log-probs, seeded per step as the trainer seeds them."""
   import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
-  from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
   from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import logprobs  # pylint: disable=g-import-not-at-top
   from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+
+  r, g = c.rollout, c.grpo.num_generations
+  train = data_lib.build_splits(c.data, tokenizer, r.max_prompt_length).train
+  for step in range(steps):
+    batch = train[step * c.train.batch_size:(step + 1) * c.train.batch_size]
+    texts = [p.prompt for p in batch for _ in range(g)]
+    config = base_rollout.RolloutConfig(
+        max_tokens_to_generate=r.max_new_tokens, max_prompt_length=r.max_prompt_length,
+        kv_cache_size=r.kv_cache_size, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+        eos_tokens=tokenizer_lib.stop_token_ids(tokenizer), return_logprobs=True,
+        seed=jax.random.fold_in(jax.random.PRNGKey(r.seed), step))
+    with mesh:
+      drawn = engine.generate(texts, config)
+    width = max(len(t) for t in drawn.tokens)
+    yield drawn, np.stack([np.pad(t, (0, width - len(t))) for t in drawn.tokens])
+
+
+def sampled_ratios(actor, tokenizer, mesh, steps: int, smoke: bool) -> dict:
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
+  from gemma_grpo import logprobs  # pylint: disable=g-import-not-at-top
 
   c = gemma3_270m.get_config()
   if smoke:
     c.rollout.max_new_tokens = 8
-  r, g = c.rollout, c.grpo.num_generations
-  train = data_lib.build_splits(c.data, tokenizer, r.max_prompt_length).train
+  r = c.rollout
   by_dtype = engines(actor, tokenizer, mesh)
   out = {}
   for d, engine in by_dtype.items():
     log_ratios, sequence_ratios = [], []
-    for step in range(steps):
-      batch = train[step * c.train.batch_size:(step + 1) * c.train.batch_size]
-      texts = [p.prompt for p in batch for _ in range(g)]
-      config = base_rollout.RolloutConfig(
-          max_tokens_to_generate=r.max_new_tokens, max_prompt_length=r.max_prompt_length,
-          kv_cache_size=r.kv_cache_size, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-          eos_tokens=tokenizer_lib.stop_token_ids(tokenizer), return_logprobs=True,
-          seed=jax.random.fold_in(jax.random.PRNGKey(r.seed), step))
-      with mesh:
-        sampled = engine.generate(texts, config)
-      width = max(len(t) for t in sampled.tokens)
-      completion_BxT = np.stack([np.pad(t, (0, width - len(t))) for t in sampled.tokens])
+    for sampled, completion_BxT in draw_batches(engine, tokenizer, mesh, c, steps):
       with mesh:
         train_BxT, _ = logprobs.per_token_logps(
             actor, jnp.asarray(sampled.left_padded_prompt_tokens), jnp.asarray(completion_BxT),

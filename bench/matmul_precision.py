@@ -36,7 +36,6 @@ import functools
 import json
 import pathlib
 import sys
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -72,44 +71,6 @@ def engine_for(policy, tokenizer, mesh):
                                 lora_scale=common.LORA_ALPHA / common.LORA_RANK)
 
 
-def greedy_agreement(by_variant: dict, tokenizer, mesh, smoke: bool) -> dict:
-  from configs import gemma3_270m_accuracy  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import eval_generation  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import scoring  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-
-  c = gemma3_270m_accuracy.get_config()
-  if smoke:
-    c.data.num_heldout, c.eval.max_new_tokens = 8, 8
-  problems = data_lib.build_splits(c.data, tokenizer, c.rollout.max_prompt_length).heldout
-  out = {}
-  for name, policy in by_variant.items():
-    generator = eval_generation.Generator(
-        policy, tokenizer, mesh, max_prompt_length=c.rollout.max_prompt_length,
-        max_new_tokens=c.eval.max_new_tokens, stop_token_ids=tokenizer_lib.stop_token_ids(tokenizer),
-        stop_text=c.rollout.stop_text, engine="grouped",
-        lora_scale=common.LORA_ALPHA / common.LORA_RANK)
-    start = time.perf_counter()
-    with mesh:
-      done = generator.generate([p.prompt for p in problems],
-                                eval_generation.Decoding(max_new_tokens=c.eval.max_new_tokens),
-                                batch_size=c.eval.batch_size)
-    _, samples = scoring.score(problems, done.texts, done.truncated, num_tokens=done.num_tokens)
-    out[name] = {"token_ids": done.token_ids, "correct": [bool(s["correct"]) for s in samples],
-                 "seconds": time.perf_counter() - start}
-  first, second = (out[v] for v in VARIANTS)
-  diff, low, high = scoring.paired_bootstrap([float(x) for x in first["correct"]],
-                                             [float(x) for x in second["correct"]])
-  return {"problems": len(problems),
-          "identical_completions": sum(a == b for a, b in zip(first["token_ids"], second["token_ids"])),
-          "correct": {v: sum(out[v]["correct"]) for v in VARIANTS},
-          "correct_only_float32": sum(a and not b for a, b in zip(first["correct"], second["correct"])),
-          "correct_only_bfloat16": sum(b and not a for a, b in zip(first["correct"], second["correct"])),
-          "accuracy_difference": [diff, low, high],
-          "seconds": {v: out[v]["seconds"] for v in VARIANTS}}
-
-
 def _quantiles(x) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
 
@@ -121,19 +82,17 @@ def sampled(by_variant: dict, tokenizer, mesh, steps: int, smoke: bool) -> dict:
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
   from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import logprobs  # pylint: disable=g-import-not-at-top
   from gemma_grpo import losses  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+
+  import decode_precision  # pylint: disable=g-import-not-at-top
 
   c = gemma3_270m.get_config()
   if smoke:
     c.rollout.max_new_tokens = 8
   r, g = c.rollout, c.grpo.num_generations
-  train = data_lib.build_splits(c.data, tokenizer, r.max_prompt_length).train
 
   @functools.partial(nnx.jit, static_argnames=("pad_id",))
   def logps(model, prompt_BxP, completion_BxT, pad_id):
@@ -154,18 +113,11 @@ def sampled(by_variant: dict, tokenizer, mesh, steps: int, smoke: bool) -> dict:
   moved, cosines, norm_ratios = [], [], []
   for v, policy in by_variant.items():
     engine = engine_for(policy, tokenizer, mesh)
-    for step in range(steps):
-      batch = train[step * c.train.batch_size:(step + 1) * c.train.batch_size]
-      config = base_rollout.RolloutConfig(
-          max_tokens_to_generate=r.max_new_tokens, max_prompt_length=r.max_prompt_length,
-          kv_cache_size=r.kv_cache_size, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-          eos_tokens=tokenizer_lib.stop_token_ids(tokenizer), return_logprobs=True,
-          seed=jax.random.fold_in(jax.random.PRNGKey(r.seed), step))
-      with mesh:
-        drawn = engine.generate([p.prompt for p in batch for _ in range(g)], config)
-      width = max(len(t) for t in drawn.tokens)
+    batches = decode_precision.draw_batches(engine, tokenizer, mesh, c, steps)
+    for step, (drawn, completion_BxT) in enumerate(batches):
+      width = completion_BxT.shape[1]
       prompt_BxP = jnp.asarray(drawn.left_padded_prompt_tokens)
-      completion_BxT = jnp.asarray(np.stack([np.pad(t, (0, width - len(t))) for t in drawn.tokens]))
+      completion_BxT = jnp.asarray(completion_BxT)
       pad = engine.pad_id()
       with mesh:
         train_BxT = np.asarray(logps(policy, prompt_BxP, completion_BxT, pad))
@@ -176,7 +128,7 @@ def sampled(by_variant: dict, tokenizer, mesh, steps: int, smoke: bool) -> dict:
       # The same tokens through the float32 trainer, and both gradients.
       lengths = np.array([len(t) for t in drawn.tokens])
       mask_BxT = jnp.asarray(np.arange(width)[None] < lengths[:, None], jnp.float32)
-      advantages = np.random.default_rng(step).normal(size=(len(batch), g))
+      advantages = np.random.default_rng(step).normal(size=(len(lengths) // g, g))
       advantages = (advantages - advantages.mean(1, keepdims=True)) / advantages.std(1, keepdims=True)
       advantages_B = jnp.asarray(advantages.reshape(-1), jnp.float32)
       exact = by_variant["float32"]
@@ -205,14 +157,9 @@ def sampled(by_variant: dict, tokenizer, mesh, steps: int, smoke: bool) -> dict:
 
 def print_results(results: dict) -> None:
   if "greedy" in results:
-    gr = results["greedy"]
-    diff, low, high = gr["accuracy_difference"]
-    print(f"greedy, {gr['problems']} held-out equations: {gr['identical_completions']} completions"
-          f" identical; correct: float32 {gr['correct']['float32']}, bfloat16 products"
-          f" {gr['correct']['bfloat16']} ({gr['correct_only_float32']} only float32,"
-          f" {gr['correct_only_bfloat16']} only bfloat16; difference {diff * 100:+.1f} points"
-          f" [{low * 100:+.1f}, {high * 100:+.1f}]); seconds {gr['seconds']['float32']:.0f} /"
-          f" {gr['seconds']['bfloat16']:.0f}")
+    import decode_precision  # pylint: disable=g-import-not-at-top
+
+    decode_precision.print_results({"greedy": results["greedy"]})
   if "sampled" in results:
     s = results["sampled"]
     for v in VARIANTS:
@@ -233,6 +180,7 @@ def print_results(results: dict) -> None:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
+  import decode_precision  # pylint: disable=g-import-not-at-top
   import rollout as rollout_bench  # pylint: disable=g-import-not-at-top
 
   if args.smoke:
@@ -243,7 +191,9 @@ def main(argv=None) -> int:
   by_variant = policies(actor)
   results = {}
   if args.part in ("greedy", "both"):
-    results["greedy"] = greedy_agreement(by_variant, tokenizer, mesh, args.smoke)
+    results["greedy"] = decode_precision.greedy_agreement(
+        actor, tokenizer, mesh, args.smoke,
+        variants={name: (policy, "float32") for name, policy in by_variant.items()})
   if args.part in ("sampled", "both"):
     results["sampled"] = sampled(by_variant, tokenizer, mesh, args.sampled_steps, args.smoke)
   print_results(results)
