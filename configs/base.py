@@ -18,8 +18,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.dtype = "float32"  # parameter dtype: float32 | bfloat16
   # The operands of the feed-forward's and the LM head's large products:
   # float32 (no cast) | bfloat16 (cast, accumulated in float32; faster on
-  # CPUs with AMX/AVX512_BF16 and on accelerators). BENCHMARKS.md, "Mixed-
-  # precision products", measures its speed and what it changes.
+  # CPUs with AMX/AVX512_BF16). BENCHMARKS.md, "Mixed-precision products",
+  # measures its speed and what it changes.
   c.model.matmul_dtype = "float32"
   c.model.cache_dir = "~/.cache/gemma_grpo"  # converted GGUF, hub snapshots
   # A finished run (e.g. `gemma-grpo sft`) whose adapter is merged into the
