@@ -155,6 +155,8 @@ class Bigram(nnx.Module):
   embedding, so hidden @ embedding.T = table[last token].
   """
 
+  matmul_dtype = None  # the products in float32, as gemma3_rl.Gemma3's default
+
   def __init__(self, vocab: int):
     self.table = nnx.Param(jax.random.normal(jax.random.PRNGKey(0), (vocab, vocab)))
     self.embedder = Embedder(self.table.value)
