@@ -75,7 +75,8 @@ class LayerWeights:
   """One decoder layer's weights, adapters merged, laid out for decoding."""
 
   attn_norm_D: jax.Array
-  qkv_QxD: jax.Array  # queries, keys and values in one projection: Q = N*H + 2*K*H
+  query_NHxD: jax.Array
+  key_value_2KHxD: jax.Array
   query_norm_H: jax.Array
   key_norm_H: jax.Array
   out_DxNH: jax.Array
@@ -174,8 +175,8 @@ def decode_weights(model, lora_scale: float, dtype=jnp.float32) -> list[LayerWei
     n, d, h = q_NxDxH.shape
     layers.append(LayerWeights(
         attn_norm_D=layer.pre_attention_norm.scale.value,
-        qkv_QxD=jnp.concatenate([q_NxDxH.transpose(0, 2, 1).reshape(n * h, d),
-                                 kv_2xKxDxH.transpose(0, 1, 3, 2).reshape(-1, d)]).astype(dtype),
+        query_NHxD=q_NxDxH.transpose(0, 2, 1).reshape(n * h, d).astype(dtype),
+        key_value_2KHxD=kv_2xKxDxH.transpose(0, 1, 3, 2).reshape(-1, d).astype(dtype),
         query_norm_H=attn._query_norm.scale.value,  # pylint: disable=protected-access
         key_norm_H=attn._key_norm.scale.value,  # pylint: disable=protected-access
         out_DxNH=out_NxHxD.reshape(n * h, d).T.astype(dtype),
@@ -209,11 +210,8 @@ def _decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, positio
   batch = x_BxD.shape[0]
   n, k, h = shape.num_heads, shape.num_kv_heads, shape.head_dim
   normed_BxD = _rms_norm(x_BxD, w.attn_norm_D)
-  # One dot for queries, keys and values: each dot of a decode step has a
-  # fixed cost on XLA:CPU that 8 rows do not amortise.
-  qkv_BxQ = _project(normed_BxD, w.qkv_QxD)
-  query_BxNxH = qkv_BxQ[:, :n * h].reshape(batch, n, h)
-  kv_Bx2xKxH = qkv_BxQ[:, n * h:].reshape(batch, 2, k, h)
+  query_BxNxH = _project(normed_BxD, w.query_NHxD).reshape(batch, n, h)
+  kv_Bx2xKxH = _project(normed_BxD, w.key_value_2KHxD).reshape(batch, 2, k, h)
   query_BxNxH = _rms_norm(query_BxNxH, w.query_norm_H)
   new_key_BxKxH = _rms_norm(kv_Bx2xKxH[:, 0], w.key_norm_H)
   rope = functools.partial(gemma3.apply_rope, head_dim=h, base_frequency=shape.rope_base,

@@ -193,7 +193,7 @@ def test_returned_logprobs_are_the_trainers_log_probs_of_the_drawn_tokens(tiny_s
 def test_bfloat16_decode_rounds_the_decode_weights_and_stays_close_to_the_policy(tiny_setup):
   mesh, actor, tokenizer, engine = tiny_setup
   weights = rollout.decode_weights(actor, lora_scale=1.0, dtype=jnp.bfloat16)
-  assert weights[0].qkv_QxD.dtype == jnp.bfloat16 and weights[0].down_DxF.dtype == jnp.bfloat16
+  assert weights[0].query_NHxD.dtype == jnp.bfloat16 and weights[0].down_DxF.dtype == jnp.bfloat16
   assert weights[0].attn_norm_D.dtype == jnp.float32
   half = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=engine._lora_scale,  # pylint: disable=protected-access
                                 decode_dtype="bfloat16")
