@@ -204,8 +204,9 @@ def _decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, positio
   The caches of all layers are one array each for keys and values: XLA:CPU
   then updates them in place inside the decode loop, where per-layer arrays
   were copied four times per token. Keys are stored slots-minor ([H, S] per
-  row): XLA:CPU's query-key dot reads that layout faster (decode 92.6 against
-  105.8 ms per token, bench/engine_ab.py, docs/results/engine_ab/).
+  row): XLA:CPU's query-key dot reads that layout faster (decode 96.7 against
+  107.8 ms per token in the fastest of 8 alternating rounds, 111.1 against
+  114.3 on medians; bench/engine_ab.py, docs/results/engine_ab/).
   """
   batch = x_BxD.shape[0]
   n, k, h = shape.num_heads, shape.num_kv_heads, shape.head_dim
