@@ -1,6 +1,7 @@
 """The grouped rollout engine of this checkout against the engine of a git revision, in one process.
 
   flock /tmp/gemma_grpo_heavy.lock python bench/engine_ab.py --base REV [--repeats 8] [--json OUT]
+      [--decode-dtype bfloat16 --logprobs]
 
 Loads `gemma_grpo/rollout.py` as it was at REV (`git show`) beside this
 checkout's, builds both engines on the offline Gemma-3-270M LoRA policy
@@ -12,6 +13,11 @@ token ((64-token rollout - 1-token rollout) / 63) from the fastest and from
 the median rounds (on a shared CPU, time stolen by other tenants only ever
 adds, so the fastest round is the steadier figure), and whether both engines
 drew identical tokens, sampled and greedy. About 1.5 min a round.
+
+`--decode-dtype bfloat16 --logprobs` times both engines as the trainer runs
+them with rollout.decode_dtype=bfloat16 (which asks for the sampler's
+log-probs); the default is the float32 engine, which the trainer runs
+without them.
 
 Only rollout.py is swapped: a change elsewhere in gemma_grpo is not compared.
 Asserts nothing.
@@ -28,6 +34,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
@@ -42,6 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--base", required=True, help="git revision whose rollout.py is the baseline")
   p.add_argument("--repeats", type=int, default=8)
   p.add_argument("--json", type=pathlib.Path, help="write the raw figures here")
+  p.add_argument("--decode-dtype", default="float32", help="rollout.decode_dtype of both engines")
+  p.add_argument("--logprobs", action="store_true", help="ask for the sampler's log-probs")
   return p.parse_args(argv)
 
 
@@ -58,7 +68,7 @@ def rollout_module_at(revision: str):
   return module
 
 
-def measure(base: str, repeats: int) -> dict:
+def measure(base: str, repeats: int, decode_dtype: str, logprobs: bool) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
@@ -70,18 +80,19 @@ def measure(base: str, repeats: int) -> dict:
   texts = rollout_bench.batch_texts(common.PROMPTS_PER_STEP, common.GENERATIONS)
   width = max(len(tokenizer.encode(t)) for t in texts)
   engines = {e: m.GroupedRollout(actor, tokenizer, mesh,
-                                 lora_scale=common.LORA_ALPHA / common.LORA_RANK)
+                                 lora_scale=common.LORA_ALPHA / common.LORA_RANK,
+                                 decode_dtype=decode_dtype)
              for e, m in modules.items()}
 
   def config(new_tokens: int, seed: int, greedy: bool = False):
     return base_rollout.RolloutConfig(
         max_tokens_to_generate=new_tokens, max_prompt_length=width, kv_cache_size=width + new_tokens,
         temperature=0.0 if greedy else common.TEMPERATURE, top_p=None if greedy else 1.0,
-        top_k=None if greedy else common.TOP_K, eos_tokens=[-1],
+        top_k=None if greedy else common.TOP_K, eos_tokens=[-1], return_logprobs=logprobs,
         seed=jax.random.fold_in(jax.random.PRNGKey(0), seed))
 
   seconds = {(e, n): [] for e in ENGINES for n in (1, common.NEW_TOKENS)}
-  identical = []
+  identical, logp_gaps, logps = [], [], {}
   with mesh:
     for i in range(repeats + 1):  # the first round compiles and warms up
       tokens = {}
@@ -92,12 +103,17 @@ def measure(base: str, repeats: int) -> dict:
           if i:
             seconds[(e, n)].append(time.perf_counter() - start)
         tokens[e] = [t.tolist() for t in out.tokens]
+        logps[e] = out.logprobs
       identical.append(tokens["base"] == tokens["this"])
+      if logprobs and identical[-1]:  # the same tokens: their sampler log-probs compare
+        logp_gaps.append(max(float(np.max(np.abs(a - b))) for a, b in zip(logps["base"], logps["this"])))
     greedy = {e: [t.tolist() for t in engines[e].generate(
         texts, config(common.NEW_TOKENS, 0, True)).tokens] for e in ENGINES}
-  result = {"base": base, "rows": len(texts), "prompt_width": width,
+  result = {"base": base, "decode_dtype": decode_dtype, "logprobs": logprobs, "rows": len(texts),
+            "prompt_width": width,
             "new_tokens": common.NEW_TOKENS, "identical_sampled_rounds": identical,
-            "identical_greedy": greedy["base"] == greedy["this"], "seconds": {}}
+            "identical_greedy": greedy["base"] == greedy["this"],
+            "max_abs_logp_gap": max(logp_gaps) if logp_gaps else None, "seconds": {}}
   steps = common.NEW_TOKENS - 1
   for e in ENGINES:
     full, one = seconds[(e, common.NEW_TOKENS)], seconds[(e, 1)]
@@ -122,11 +138,13 @@ def print_results(r: dict) -> None:
         f" (fastest rounds), {s['base']['per_token_median'] / s['this']['per_token_median']:.2f}x (medians)")
   print(f"identical tokens, sampled rounds: {sum(r['identical_sampled_rounds'])} of "
         f"{len(r['identical_sampled_rounds'])}; greedy: {r['identical_greedy']}")
+  if r["max_abs_logp_gap"] is not None:
+    print(f"sampler log-probs, rounds with identical tokens: largest difference {r['max_abs_logp_gap']:.2e}")
 
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  result = measure(args.base, args.repeats)
+  result = measure(args.base, args.repeats, args.decode_dtype, args.logprobs)
   print_results(result)
   if args.json:
     args.json.parent.mkdir(parents=True, exist_ok=True)

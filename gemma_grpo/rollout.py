@@ -136,6 +136,20 @@ def _project(x_BxI, w_OxI):
   return jax.lax.optimization_barrier(y_OxB).T.astype(dtype)
 
 
+def _head_logits(normed_BxD, head_VxD):
+  """float32 logits of the LM head [V, D], written [V, B] behind a barrier in any dtype.
+
+  Unlike the layers' bfloat16 projections, the head's 262,144 outputs are
+  faster written vocabulary-major in bfloat16 too: in the bfloat16 engine's
+  trace, 48 ms a token for the [B, V] form against 35 ms for the same dot
+  written [V, B] as the float32 engine's screen does (2026-12-03, a slow
+  hour; BENCHMARKS.md, "Decode in bfloat16").
+  """
+  logits_VxB = jnp.einsum("bi,vi->vb", normed_BxD.astype(head_VxD.dtype), head_VxD,
+                          preferred_element_type=jnp.float32)
+  return jax.lax.optimization_barrier(logits_VxB).T
+
+
 def _merged(module, name: str, scale: float) -> jax.Array:
   """`module.<name>` plus scale·A·B of its adapter, if it has one."""
   weight = getattr(module, name).value
@@ -430,8 +444,10 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
 
 def _token_logps(logits_BxV, token_B, sampling: Sampling):
   """log p(token) under softmax(logits / temperature): the trainer's log-prob (no top-k/top-p)."""
-  logps_BxV = jax.nn.log_softmax(logits_BxV.astype(jnp.float32) / sampling.temperature, axis=-1)
-  return jnp.take_along_axis(logps_BxV, token_B[:, None], axis=-1)[:, 0]
+  # logsumexp, not log_softmax: no [B, V] array is written for one entry a row.
+  scaled_BxV = logits_BxV.astype(jnp.float32) / sampling.temperature
+  picked_B = jnp.take_along_axis(scaled_BxV, token_B[:, None], axis=-1)[:, 0]
+  return picked_B - jax.nn.logsumexp(scaled_BxV, axis=-1)
 
 
 @functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps",
@@ -473,7 +489,7 @@ def _decode(weights, embed_VxD, head_VxD, screen, final_norm_D, first_B, first_l
                  else _draw_from_top(top_BxK, ids_BxK, key, sampling))
       full_heads += 1 - proved.astype(jnp.int32)
     else:
-      logits_BxV = _project(normed_BxD, head_VxD)  # the LM head
+      logits_BxV = _head_logits(normed_BxD, head_VxD)
       token_B = sample_tokens(logits_BxV, key, sampling)
     token_B = jnp.where(done_B, stop_ids[0], token_B)
     if with_logps:
