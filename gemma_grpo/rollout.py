@@ -142,8 +142,8 @@ def _head_logits(normed_BxD, head_VxD):
   Unlike the layers' bfloat16 projections, the head's 262,144 outputs are
   faster written vocabulary-major in bfloat16 too: in the bfloat16 engine's
   trace, 48 ms a token for the [B, V] form against 35 ms for the same dot
-  written [V, B] as the float32 engine's screen does (2026-12-03, a slow
-  hour; BENCHMARKS.md, "Decode in bfloat16").
+  written [V, B] for the float32 engine's screen (2026-12-03, a slow hour;
+  BENCHMARKS.md, "Decode in bfloat16"). The screen itself goes through here.
   """
   logits_VxB = jnp.einsum("bi,vi->vb", normed_BxD.astype(head_VxD.dtype), head_VxD,
                           preferred_element_type=jnp.float32)
@@ -387,11 +387,9 @@ def _screened_top(normed_BxD, head_VxD, screen_VxD, head_norm_max, k: int, width
   logits are flat beyond the candidates) this step computes the whole
   float32 head, as without the screen.
   """
-  # Written [V, B] (behind a barrier, as _project's float32 dots): 7.0
-  # against 7.5 s for the workload's rollout, ad hoc.
-  screen_VxB = jnp.einsum("bi,vi->vb", normed_BxD.astype(jnp.bfloat16), screen_VxD,
-                          preferred_element_type=jnp.float32)
-  beyond_B, candidates_BxW = _screen_candidates(jax.lax.optimization_barrier(screen_VxB).T, width)
+  # Written [V, B] (_head_logits): 7.0 against 7.5 s for the workload's
+  # rollout, ad hoc.
+  beyond_B, candidates_BxW = _screen_candidates(_head_logits(normed_BxD, screen_VxD), width)
   exact_BxW = jnp.einsum("bd,bwd->bw", normed_BxD, head_VxD[candidates_BxW])
   top_BxK, at_BxK = jax.lax.top_k(exact_BxW, k)
   margin_B = screen_error_bound(normed_BxD, head_norm_max)
