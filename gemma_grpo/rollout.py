@@ -125,9 +125,10 @@ def _project(x_BxI, w_OxI):
   reads them well below the streaming rate, writing [O, B] near it; the
   barrier keeps XLA from folding the transpose back into the dot. A
   bfloat16 weight is fastest writing [B, O] directly. Per token of 8 rows of
-  the 270M: the LM head 40 against 60 ms (bench/lm_head.py), the layers'
-  projections 28 against 39 ms in float32 and 15 against 25 ms in bfloat16
-  against their [in, out] layout (bench/decode_dots.py; docs/results).
+  the 270M, the layers' projections took 28 against 39 ms in float32 and 15
+  against 25 ms in bfloat16 against their [in, out] layout
+  (bench/decode_dots.py; docs/results). The LM head has its own
+  `_head_logits`.
   """
   x_BxI, dtype = x_BxI.astype(w_OxI.dtype), x_BxI.dtype
   if w_OxI.dtype != jnp.float32:
@@ -139,11 +140,13 @@ def _project(x_BxI, w_OxI):
 def _head_logits(normed_BxD, head_VxD):
   """float32 logits of the LM head [V, D], written [V, B] behind a barrier in any dtype.
 
-  Unlike the layers' bfloat16 projections, the head's 262,144 outputs are
-  faster written vocabulary-major in bfloat16 too: in the bfloat16 engine's
-  trace, 48 ms a token for the [B, V] form against 35 ms for the same dot
-  written [V, B] for the float32 engine's screen (2026-12-03, a slow hour;
-  BENCHMARKS.md, "Decode in bfloat16"). The screen itself goes through here.
+  In float32 this is _project's form (40 against 60 ms a token for [B, V],
+  bench/lm_head.py). Unlike the layers' bfloat16 projections, the head's
+  262,144 outputs are faster written vocabulary-major in bfloat16 too: in
+  the bfloat16 engine's trace, 48 ms a token for the [B, V] form against 35
+  ms for the same dot written [V, B] for the float32 engine's screen
+  (2026-12-03, a slow hour; BENCHMARKS.md, "Decode in bfloat16"). The
+  screen and the float32 head both go through here.
   """
   logits_VxB = jnp.einsum("bi,vi->vb", normed_BxD.astype(head_VxD.dtype), head_VxD,
                           preferred_element_type=jnp.float32)
@@ -399,7 +402,7 @@ def _screened_top(normed_BxD, head_VxD, screen_VxD, head_norm_max, k: int, width
     return top_BxK / temperature, jnp.take_along_axis(candidates_BxW, at_BxK, axis=-1)
 
   def from_full_head():
-    top_BxK, ids_BxK = jax.lax.top_k(_project(normed_BxD, head_VxD) / temperature, k)
+    top_BxK, ids_BxK = jax.lax.top_k(_head_logits(normed_BxD, head_VxD) / temperature, k)
     return top_BxK, ids_BxK
 
   top_BxK, ids_BxK = jax.lax.cond(proved, from_candidates, from_full_head)
