@@ -21,7 +21,9 @@ import threading
 
 from absl import logging
 from flax import nnx
+import jax
 from jax.interpreters import pxla
+import numpy as np
 from tunix.rl import trainer as rl_trainer
 from tunix.sft import peft_trainer
 from tunix.sft import sharding_utils
@@ -88,4 +90,35 @@ class PeftTrainer(_DonatesModel, peft_trainer.PeftTrainer):
 
 
 class RLTrainer(_DonatesModel, rl_trainer.Trainer):
-  """Tunix's RL actor trainer, model donated."""
+  """Tunix's RL actor trainer, model donated, its batch global across processes."""
+
+  def _prepare_inputs(self, input_data):
+    # Every process holds the whole batch (the learner builds it from rollouts
+    # gathered to every process). Tunix's shard_input would take local arrays
+    # for this process's share of a larger batch, or, once the reference's
+    # log-probs arrive global, leave the whole batch unsharded: one layout for
+    # the example compiled ahead and another for the real step, which then
+    # compiled a second time. Laid out here as shard_input lays out one
+    # process's batch, both are the same program.
+    if jax.process_count() == 1:
+      return input_data
+    return global_batch(input_data, pxla.thread_resources.env.physical_mesh,
+                        self.config.data_sharding_axis)
+
+
+def global_batch(tree, mesh, data_axis):
+  """`tree`'s arrays as global arrays on `mesh`, split on `data_axis` where they divide.
+
+  Each process must hold the same values: a local array is read whole on every
+  process, and a global one is only moved to the new layout.
+  """
+  def place(x):
+    if not isinstance(x, (jax.Array, np.ndarray)):
+      return x
+    sharding = sharding_utils.get_sharding(x, mesh=mesh, pspec=jax.sharding.PartitionSpec(*data_axis))
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      return x if x.sharding == sharding else jax.jit(lambda a: a, out_shardings=sharding)(x)
+    values = np.asarray(x)
+    return jax.make_array_from_callback(values.shape, sharding, lambda index: values[index])
+
+  return jax.tree.map(place, tree)

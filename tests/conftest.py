@@ -243,8 +243,9 @@ def two_processes_four_steps(tmp_path_factory) -> TwoProcessRun:
   root = tmp_path_factory.mktemp("two_processes")
   fake_slurm.install(root / "bin")
   env = cli_env(4)
+  # JAX_LOG_COMPILES: each task's log names every program it compiles.
   env.update(PATH=f"{root / 'bin'}:{env['PATH']}", FAKE_SLURM_LOGS=str(root),
-             FAKE_JOB_ID=str(fake_slurm.job_id_with_a_free_port()))
+             FAKE_JOB_ID=str(fake_slurm.job_id_with_a_free_port()), JAX_LOG_COMPILES="1")
   launcher = subprocess.run(
       ["bash", str(REPO / "launch" / "gpu_cluster.sh"), "slurm", "--nodes", "2",
        "--gpus-per-node", "0", *TWO_PROCESS_ARGS[:2], "--workdir", str(root / "run"),

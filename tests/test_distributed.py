@@ -121,6 +121,16 @@ def test_two_processes_train_one_mesh_like_one_process(two_processes_four_steps,
 
 
 @pytest.mark.slow
+def test_each_process_compiles_the_train_step_once(two_processes_four_steps):
+  # Compiled ahead of the first rollout for an example laid out as the real
+  # batches are (trainers.RLTrainer._prepare_inputs); an example of another
+  # layout would make the first update compile it a second time.
+  for log in two_processes_four_steps.logs:
+    assert log.count("Compiling jit(_train_step) ") == 1, [
+        line[:300] for line in log.splitlines() if "_train_step" in line]
+
+
+@pytest.mark.slow
 def test_a_killed_process_stops_the_other_within_the_bound(tmp_path):
   args = [*ARGS, "--workdir", str(tmp_path / "run"), "--config.train.max_steps=50"]
   procs = start_processes(args, logdir=tmp_path)
