@@ -117,7 +117,7 @@ def global_batch(tree, mesh, data_axis):
       return x
     sharding = sharding_utils.get_sharding(x, mesh=mesh, pspec=jax.sharding.PartitionSpec(*data_axis))
     if isinstance(x, jax.Array) and not x.is_fully_addressable:
-      return x if x.sharding == sharding else jax.jit(lambda a: a, out_shardings=sharding)(x)
+      return jax.device_put(x, sharding)
     values = np.asarray(x)
     return jax.make_array_from_callback(values.shape, sharding, lambda index: values[index])
 

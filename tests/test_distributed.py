@@ -121,13 +121,19 @@ def test_two_processes_train_one_mesh_like_one_process(two_processes_four_steps,
 
 
 @pytest.mark.slow
-def test_each_process_compiles_the_train_step_once(two_processes_four_steps):
-  # Compiled ahead of the first rollout for an example laid out as the real
-  # batches are (trainers.RLTrainer._prepare_inputs); an example of another
-  # layout would make the first update compile it a second time.
+def test_each_process_compiles_the_train_step_once_and_nothing_after_step_1(
+    two_processes_four_steps):
+  # The train step is compiled ahead of the first rollout for an example laid
+  # out as the real batches are (trainers.RLTrainer._prepare_inputs); an
+  # example of another layout would make the first update compile it again.
+  # As tests/test_train.py checks for one process: no program is compiled
+  # after step 1 (its line is written once the step is done).
   for log in two_processes_four_steps.logs:
     assert log.count("Compiling jit(_train_step) ") == 1, [
         line[:300] for line in log.splitlines() if "_train_step" in line]
+    after_step_1 = log.split("step 1: the first step, compilation included", 1)[1]
+    late = [line[:300] for line in after_step_1.splitlines() if "Compiling jit(" in line]
+    assert not late, late
 
 
 @pytest.mark.slow
