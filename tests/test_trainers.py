@@ -59,3 +59,24 @@ def test_tunix_trainer_writes_a_fresh_copy_of_the_base():
   before, _, _, actor = one_step(peft_trainer.PeftTrainer)
   assert not any(x.is_deleted() for x in before)
   assert all(a is not b for a, b in zip(before, frozen(actor)))
+
+
+def test_global_batch_splits_the_rows_that_divide_and_replicates_the_rest():
+  from conftest import device_mesh  # pylint: disable=g-import-not-at-top
+
+  mesh = device_mesh(fsdp=4, tp=2)
+  rows = np.arange(24, dtype=np.int32).reshape(8, 3)
+  odd = np.arange(3, dtype=np.float32)
+  moved = jax.device_put(np.ones((8, 2), np.float32), jax.sharding.NamedSharding(
+      mesh, jax.sharding.PartitionSpec("tp")))
+  placed = trainers.global_batch({"rows": rows, "odd": odd, "moved": moved, "none": None},
+                                 mesh, ("fsdp",))
+  fsdp = jax.sharding.PartitionSpec("fsdp")
+  assert placed["rows"].sharding == jax.sharding.NamedSharding(mesh, fsdp)
+  assert placed["odd"].sharding == jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  assert placed["moved"].sharding == jax.sharding.NamedSharding(mesh, fsdp)  # from P("tp")
+  assert placed["none"] is None
+  np.testing.assert_array_equal(np.asarray(placed["rows"]), rows)
+  np.testing.assert_array_equal(np.asarray(placed["odd"]), odd)
+  # A row shard holds 2 of the 8 rows on each device.
+  assert {s.data.shape for s in placed["rows"].addressable_shards} == {(2, 3)}
