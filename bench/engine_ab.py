@@ -1,7 +1,7 @@
 """The grouped rollout engine of this checkout against the engine of a git revision, in one process.
 
   flock /tmp/gemma_grpo_heavy.lock python bench/engine_ab.py --base REV [--repeats 8] [--json OUT]
-      [--decode-dtype bfloat16 --logprobs]
+      [--decode-dtype bfloat16 --logprobs] [--prompts 2 --generations 8 --prompt-width 384]
 
 Loads `gemma_grpo/rollout.py` as it was at REV (`git show`) beside this
 checkout's, builds both engines on the offline Gemma-3-270M LoRA policy
@@ -13,6 +13,10 @@ token ((64-token rollout - 1-token rollout) / 63) from the fastest and from
 the median rounds (on a shared CPU, time stolen by other tenants only ever
 adds, so the fastest round is the steadier figure), and whether both engines
 drew identical tokens, sampled and greedy. About 1.5 min a round.
+
+`--prompts 2 --generations 8 --prompt-width 384` times README's default
+rollout instead (configs/gemma3_270m.py: 2 problems x 8 samples, prompts
+padded to rollout.max_prompt_length).
 
 `--decode-dtype bfloat16 --logprobs` times both engines as the trainer runs
 them with rollout.decode_dtype=bfloat16 (which asks for the sampler's
@@ -52,6 +56,13 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--json", type=pathlib.Path, help="write the raw figures here")
   p.add_argument("--decode-dtype", default="float32", help="rollout.decode_dtype of both engines")
   p.add_argument("--logprobs", action="store_true", help="ask for the sampler's log-probs")
+  p.add_argument("--prompts", type=int, default=common.PROMPTS_PER_STEP,
+                 help="distinct GSM8K prompts (README's default trains on 2)")
+  p.add_argument("--generations", type=int, default=common.GENERATIONS,
+                 help="rows per prompt (README's default: 8)")
+  p.add_argument("--prompt-width", type=int, default=None,
+                 help="pad prompts to this width, as rollout.max_prompt_length does (README's"
+                      " default: 384); default: the longest prompt")
   return p.parse_args(argv)
 
 
@@ -68,7 +79,9 @@ def rollout_module_at(revision: str):
   return module
 
 
-def measure(base: str, repeats: int, decode_dtype: str, logprobs: bool) -> dict:
+def measure(base: str, repeats: int, decode_dtype: str, logprobs: bool,
+            prompts: int = common.PROMPTS_PER_STEP, generations: int = common.GENERATIONS,
+            prompt_width: int | None = None) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
@@ -77,8 +90,8 @@ def measure(base: str, repeats: int, decode_dtype: str, logprobs: bool) -> dict:
 
   modules = {"base": rollout_module_at(base), "this": rollout}
   actor, tokenizer, mesh = rollout_bench.build_policy(common.offline_270m_dir())
-  texts = rollout_bench.batch_texts(common.PROMPTS_PER_STEP, common.GENERATIONS)
-  width = max(len(tokenizer.encode(t)) for t in texts)
+  texts = rollout_bench.batch_texts(prompts, generations)
+  width = prompt_width or max(len(tokenizer.encode(t)) for t in texts)
   engines = {e: m.GroupedRollout(actor, tokenizer, mesh,
                                  lora_scale=common.LORA_ALPHA / common.LORA_RANK,
                                  decode_dtype=decode_dtype)
@@ -110,7 +123,7 @@ def measure(base: str, repeats: int, decode_dtype: str, logprobs: bool) -> dict:
     greedy = {e: [t.tolist() for t in engines[e].generate(
         texts, config(common.NEW_TOKENS, 0, True)).tokens] for e in ENGINES}
   result = {"base": base, "decode_dtype": decode_dtype, "logprobs": logprobs, "rows": len(texts),
-            "prompt_width": width,
+            "prompts": prompts, "prompt_width": width,
             "new_tokens": common.NEW_TOKENS, "identical_sampled_rounds": identical,
             "identical_greedy": greedy["base"] == greedy["this"],
             "max_abs_logp_gap": max(logp_gaps) if logp_gaps else None, "seconds": {}}
@@ -144,7 +157,8 @@ def print_results(r: dict) -> None:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  result = measure(args.base, args.repeats, args.decode_dtype, args.logprobs)
+  result = measure(args.base, args.repeats, args.decode_dtype, args.logprobs, args.prompts,
+                   args.generations, args.prompt_width)
   print_results(result)
   if args.json:
     args.json.parent.mkdir(parents=True, exist_ok=True)

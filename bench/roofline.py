@@ -19,7 +19,10 @@ About 6 min on a quiet 2-core CPU; --smoke runs the plumbing on a random
 3. Each phase's bound, from the model's dimensions (accounting() below):
    - decode per token: bytes it must read / bandwidth: every weight once (the
      tied embedding as LM head included, LoRA merged into the weights as the
-     engine does) plus the whole KV cache of every row; where the engine
+     engine does) plus the KV cache: each prompt's keys and values once (a
+     group's rows attend to them together, as the engine does since
+     2026-12-03; earlier runs' tables counted them once per row) and every
+     row's completion's; where the engine
      screens the LM head (rollout.screen_lm_head), the head's bfloat16 copy
      instead of the float32 head (runs before that have no "screened" key
      and are counted with the float32 head);
@@ -89,7 +92,8 @@ def accounting(s: Shape) -> dict[str, float]:
                + lm_head * s.rows * s.new_tokens)
   return {
       "decode_bytes": head_bytes + BYTES_F32 * (
-          projections + s.rows * s.layers * 2 * s.kv_heads * cache * s.head_dim),
+          projections + s.layers * 2 * s.kv_heads * s.head_dim
+          * (s.prompts * s.prompt_len + s.rows * s.new_tokens)),
       "prefill_flops": (2 * projections * s.prompts * s.prompt_len
                         + attention(s.prompts * s.prompt_len, s.prompt_len) + lm_head * s.rows),
       "reference_flops": reference,

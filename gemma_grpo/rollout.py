@@ -1,6 +1,6 @@
 """The GRPO rollout engine: each prompt prefilled once, decoding on merged weights.
 
-Tunix's vanilla sampler prefills every row of a batch, although GRPO's G rows
+Tunix's vanilla sampler prefills every row of a batch, although GRPO's R rows
 of a group share one prompt, and on XLA:CPU its decode step spends more time
 moving memory than computing: the attention einsums' weights are re-laid out
 at every token (XLA assigns layouts after hoisting loop invariants) and the
@@ -8,15 +8,18 @@ KV cache, laid out [B, S, K, H], is copied around the attention dots.
 
 This engine (a Tunix `BaseRollout`, plugged into the RLCluster as its rollout
 engine) instead
-- prefills each distinct prompt once with the LoRA policy itself and repeats
-  its KV cache over the group;
+- prefills each distinct prompt once with the LoRA policy itself and keeps
+  that prompt's keys and values once: while decoding, the R rows of a group
+  attend to them together, in one dot whose rows are all their query heads,
+  and only the completions' keys and values are held per row;
 - before decoding, merges the adapters into one float copy of the projection
   weights (W + (alpha / r)·A·B, the policy's own weights up to rounding),
   each laid out [out, in] for the decode dots (`_project`): [N·H, D]
   queries, [2·K·H, D] keys and values, [D, N·H] output, [2·F, D] gate and
   up, [D, F] down. The copy (0.4 GB for Gemma-3-270M in float32) lives for
   one `generate` call;
-- keeps the cache as [B, K, S, H] so the attention dots read it in place.
+- keeps the caches' keys slots-minor ([K, H, S] per row or prompt) and values
+  [K, S, H], the layouts in which XLA:CPU's attention dots read them fastest.
 
 `decode_dtype="bfloat16"` (rollout.decode_dtype) holds that copy and a copy
 of the LM head (the tied embedding, 671 MB of the 270M's float32 bytes) in
@@ -42,9 +45,9 @@ sorted top-k; greedy when temperature is 0 or top_p is None. Completions stop
 at the first stop token (excluded from the returned tokens) or at
 `max_tokens_to_generate`.
 
-Shapes: B rows, U distinct prompts, P prompt width, S cache slots (P + new
-tokens), D model width, N query heads, K key/value heads, G = N / K, H head
-width, F MLP width, V vocabulary.
+Shapes: B rows, U distinct prompts of R rows each, P prompt width, T new
+tokens, S = P + T, D model width, N query heads, K key/value heads, G = N / K,
+M = R·G, H head width, F MLP width, V vocabulary.
 """
 
 from __future__ import annotations
@@ -214,19 +217,29 @@ def _rms_norm(x, scale):
   return normed * (1 + scale)
 
 
-def _decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position_B, slot,
-                  keys_LxBxKxHxS, values_LxBxKxSxH, valid_BxS):
-  """One token per row through one layer; writes its key/value at `slot`.
+def _decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position_B, t,
+                  prompt_cache, valid_UxP, keys_LxBxKxHxT, values_LxBxKxTxH):
+  """One token per row through one layer; writes its key/value at completion slot `t`.
 
-  The caches of all layers are one array each for keys and values: XLA:CPU
-  then updates them in place inside the decode loop, where per-layer arrays
-  were copied four times per token. Keys are stored slots-minor ([H, S] per
-  row): XLA:CPU's query-key dot reads that layout faster (decode 96.7 against
-  107.8 ms per token in the fastest of 8 alternating rounds, 111.1 against
-  114.3 on medians; bench/engine_ab.py, docs/results/engine_ab/).
+  Attention reads two caches. The prompt's keys and values are held once
+  per distinct prompt (`prompt_cache`: [L, U, K, H, P] keys, [L, U, K, P, H]
+  values, written by the prefill and only read here): the R rows of a prompt
+  attend to them with one dot whose rows are all their query heads, instead
+  of R dots over R copies. The completion's are per row ([L, B, K, H, T]
+  keys, [L, B, K, T, H] values); one softmax spans both.
+
+  Each cache is one array across layers: XLA:CPU then updates the
+  completion's in place inside the decode loop, where per-layer arrays were
+  copied four times per token. Keys are stored slots-minor ([H, S] per row):
+  XLA:CPU's query-key dot reads that layout faster (bench/engine_ab.py,
+  docs/results/engine_ab/).
   """
   batch = x_BxD.shape[0]
+  prompt_keys_LxUxKxHxP, prompt_values_LxUxKxPxH = prompt_cache
+  prompts, width = valid_UxP.shape
+  rows_per_prompt = batch // prompts
   n, k, h = shape.num_heads, shape.num_kv_heads, shape.head_dim
+  heads = n // k
   normed_BxD = _rms_norm(x_BxD, w.attn_norm_D)
   query_BxNxH = _project(normed_BxD, w.query_NHxD).reshape(batch, n, h)
   kv_Bx2xKxH = _project(normed_BxD, w.key_value_2KHxD).reshape(batch, 2, k, h)
@@ -236,27 +249,51 @@ def _decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, positio
                            scale_factor=shape.rope_scale)
   query_BxNxH = rope(query_BxNxH[:, None], position_B[:, None])[:, 0] * shape.query_scale
   new_key_BxKxH = rope(new_key_BxKxH[:, None], position_B[:, None])[:, 0]
-  dtype = keys_LxBxKxHxS.dtype
-  keys_LxBxKxHxS = jax.lax.dynamic_update_slice(
-      keys_LxBxKxHxS, new_key_BxKxH[None, :, :, :, None].astype(dtype), (layer, 0, 0, 0, slot))
-  values_LxBxKxSxH = jax.lax.dynamic_update_slice(
-      values_LxBxKxSxH, kv_Bx2xKxH[None, :, 1, :, None].astype(dtype), (layer, 0, 0, slot, 0))
-  key_BxKxHxS, value_BxKxSxH = keys_LxBxKxHxS[layer], values_LxBxKxSxH[layer]
+  dtype = keys_LxBxKxHxT.dtype
+  keys_LxBxKxHxT = jax.lax.dynamic_update_slice(
+      keys_LxBxKxHxT, new_key_BxKxH[None, :, :, :, None].astype(dtype), (layer, 0, 0, 0, t))
+  values_LxBxKxTxH = jax.lax.dynamic_update_slice(
+      values_LxBxKxTxH, kv_Bx2xKxH[None, :, 1, :, None].astype(dtype), (layer, 0, 0, t, 0))
 
-  visible_BxS = valid_BxS & (jnp.arange(valid_BxS.shape[1]) <= slot)
+  # Which slots the token sees: its own and earlier ones, within the window.
+  slot = width + t  # the token's position in the prompt-then-completion sequence
+  prompt_visible_UxP = valid_UxP
+  new_visible_T = jnp.arange(keys_LxBxKxHxT.shape[-1]) <= t
   if shape.window is not None:
-    visible_BxS &= jnp.arange(valid_BxS.shape[1]) > slot - shape.window
-  query_BxKxGxH = query_BxNxH.reshape(batch, k, n // k, h)
-  logits_BxKxGxS = jnp.einsum("bkgh,bkhs->bkgs", query_BxKxGxH, key_BxKxHxS)
-  logits_BxKxGxS = jnp.where(visible_BxS[:, None, None, :], logits_BxKxGxS, gemma3.K_MASK)
-  probs_BxKxGxS = jax.nn.softmax(logits_BxKxGxS, axis=-1).astype(value_BxKxSxH.dtype)
-  attended_BxNH = jnp.einsum("bkgs,bksh->bkgh", probs_BxKxGxS, value_BxKxSxH).reshape(batch, n * h)
+    prompt_visible_UxP &= jnp.arange(width) > slot - shape.window
+    new_visible_T &= width + jnp.arange(keys_LxBxKxHxT.shape[-1]) > slot - shape.window
+
+  def by_prompt(x_BxKxGxZ):  # [B, K, G, Z] -> [U, K, M, Z]: a prompt's rows together
+    z = x_BxKxGxZ.shape[-1]
+    return (x_BxKxGxZ.reshape(prompts, rows_per_prompt, k, heads, z).transpose(0, 2, 1, 3, 4)
+            .reshape(prompts, k, rows_per_prompt * heads, z))
+
+  def by_row(x_UxKxMxZ):  # the inverse of by_prompt
+    z = x_UxKxMxZ.shape[-1]
+    return (x_UxKxMxZ.reshape(prompts, k, rows_per_prompt, heads, z).transpose(0, 2, 1, 3, 4)
+            .reshape(batch, k, heads, z))
+
+  query_BxKxGxH = query_BxNxH.reshape(batch, k, heads, h)
+  prompt_logits_UxKxMxP = jnp.einsum("ukmh,ukhp->ukmp", by_prompt(query_BxKxGxH),
+                                     prompt_keys_LxUxKxHxP[layer])
+  prompt_logits_UxKxMxP = jnp.where(prompt_visible_UxP[:, None, None, :], prompt_logits_UxKxMxP,
+                                    gemma3.K_MASK)
+  new_logits_BxKxGxT = jnp.einsum("bkgh,bkht->bkgt", query_BxKxGxH, keys_LxBxKxHxT[layer])
+  new_logits_BxKxGxT = jnp.where(new_visible_T, new_logits_BxKxGxT, gemma3.K_MASK)
+  probs_BxKxGxS = jax.nn.softmax(
+      jnp.concatenate([by_row(prompt_logits_UxKxMxP), new_logits_BxKxGxT], axis=-1), axis=-1)
+  probs_BxKxGxS = probs_BxKxGxS.astype(values_LxBxKxTxH.dtype)
+  attended_BxKxGxH = (
+      by_row(jnp.einsum("ukmp,ukph->ukmh", by_prompt(probs_BxKxGxS[..., :width]),
+                        prompt_values_LxUxKxPxH[layer]))
+      + jnp.einsum("bkgt,bkth->bkgh", probs_BxKxGxS[..., width:], values_LxBxKxTxH[layer]))
+  attended_BxNH = attended_BxKxGxH.reshape(batch, n * h)
   x_BxD = x_BxD + _rms_norm(_project(attended_BxNH, w.out_DxNH), w.post_attn_norm_D)
 
   gate_up_Bx2F = _project(_rms_norm(x_BxD, w.ffw_norm_D), w.gate_up_2FxD)
   gate_BxF, up_BxF = jnp.split(gate_up_Bx2F, 2, axis=-1)
   x_BxD = x_BxD + _rms_norm(_project(nnx.gelu(gate_BxF) * up_BxF, w.down_DxF), w.post_ffw_norm_D)
-  return x_BxD, keys_LxBxKxHxS, values_LxBxKxSxH
+  return x_BxD, keys_LxBxKxHxT, values_LxBxKxTxH
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,19 +454,17 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
   model = nnx.merge(graphdef, state)
   num_prompts, width = prompt_ids_UxP.shape
   cfg = model.config
-  cache = model.empty_cache(num_prompts, width + new_tokens)
+  cache = model.empty_cache(num_prompts, width)
   positions_UxP, mask_UxPxP = logprobs.positions_and_mask(prompt_ids_UxP, pad_id)
-  mask_UxPxS = jnp.pad(mask_UxPxP, ((0, 0), (0, 0), (0, new_tokens)))
-  logits_Ux1xV, cache = model(prompt_ids_UxP, positions_UxP, cache, mask_UxPxS,
+  logits_Ux1xV, cache = model(prompt_ids_UxP, positions_UxP, cache, mask_UxPxP,
                               decode_only_last_token=True)
+  # The prompt's keys and values stay one per prompt (_decode_layer).
+  prompt_cache = (
+      jnp.stack([cache[f"layer_{i}"]["k"].transpose(0, 2, 3, 1) for i in range(cfg.num_layers)]),
+      jnp.stack([cache[f"layer_{i}"]["v"].transpose(0, 2, 1, 3) for i in range(cfg.num_layers)]))
   repeat = functools.partial(jnp.repeat, repeats=rows_per_prompt, axis=0)
-  keys_LxBxKxHxS = jnp.stack([repeat(cache[f"layer_{i}"]["k"]).transpose(0, 2, 3, 1)
-                              for i in range(cfg.num_layers)])
-  values_LxBxKxSxH = jnp.stack([repeat(cache[f"layer_{i}"]["v"]).transpose(0, 2, 1, 3)
-                                for i in range(cfg.num_layers)])
   logits_BxV = repeat(logits_Ux1xV[:, 0])
   first_B = sample_tokens(logits_BxV, jax.random.fold_in(rng, 0), sampling)
-  valid_BxP = repeat(prompt_ids_UxP != pad_id)
   dtype = DECODE_DTYPES[decode_dtype]
   # The float32 head is the model's own array: pass it through, do not copy it.
   embedding_VxD = model.embedder.input_embedding.value
@@ -439,8 +474,8 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
     screen = (embedding_VxD.astype(jnp.bfloat16),
               jnp.max(jnp.linalg.norm(embedding_VxD.astype(jnp.float32), axis=-1)))
   return (decode_weights(model, lora_scale, dtype), head_VxD, screen, first_B,
-          _token_logps(logits_BxV, first_B, sampling), keys_LxBxKxHxS, values_LxBxKxSxH,
-          repeat(positions_UxP[:, -1]) + 1, valid_BxP)
+          _token_logps(logits_BxV, first_B, sampling), prompt_cache,
+          repeat(positions_UxP[:, -1]) + 1, prompt_ids_UxP != pad_id)
 
 
 def _token_logps(logits_BxV, token_B, sampling: Sampling):
@@ -454,32 +489,38 @@ def _token_logps(logits_BxV, token_B, sampling: Sampling):
 @functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps",
                                              "screen_width"))
 def _decode(weights, embed_VxD, head_VxD, screen, final_norm_D, first_B, first_logp_B,
-            keys_LxBxKxHxS, values_LxBxKxSxH, next_position_B, valid_BxP, stop_ids, rng, *,
+            prompt_cache, next_position_B, valid_UxP, stop_ids, rng, *,
             shapes, new_tokens, sampling, with_logps, screen_width):
   """Tokens 2..new_tokens of every row, and with_logps their log-probs; stops
   early once every row has stopped. Also returns how many steps computed the
   whole float32 LM head although a screen was given (its proof failed).
 
-  Token t (0-based) of a row sits at cache slot P + t and RoPE position
-  next_position_B + t; it is drawn with fold_in(rng, t). `embed_VxD` embeds
-  the input tokens; `head_VxD` (the embedding, maybe rounded) gives the logits,
-  through `screen` (its bfloat16 copy, max row norm) when screen_width > 0.
+  Rows are grouped by prompt: row b continues prompt b // R, whose keys and
+  values `prompt_cache` holds (_decode_layer). Token t (0-based) of a row
+  sits at completion slot t and RoPE position next_position_B + t; it is
+  drawn with fold_in(rng, t). `embed_VxD` embeds the input tokens;
+  `head_VxD` (the embedding, maybe rounded) gives the logits, through
+  `screen` (its bfloat16 copy, max row norm) when screen_width > 0.
   """
-  batch, width = valid_BxP.shape
-  valid_BxS = jnp.pad(valid_BxP, ((0, 0), (0, new_tokens)), constant_values=True)
+  batch = first_B.shape[0]
+  prompt_keys_LxUxKxHxP = prompt_cache[0]
+  layers, _, kv_heads, head_dim, _ = prompt_keys_LxUxKxHxP.shape
+  dtype = prompt_keys_LxUxKxHxP.dtype
+  keys_LxBxKxHxT = jnp.zeros((layers, batch, kv_heads, head_dim, new_tokens), dtype)
+  values_LxBxKxTxH = jnp.zeros((layers, batch, kv_heads, new_tokens, head_dim), dtype)
   tokens_BxT = jnp.zeros((batch, new_tokens), jnp.int32).at[:, 0].set(first_B)
   logps_BxT = jnp.zeros((batch, new_tokens if with_logps else 1), jnp.float32)
   logps_BxT = logps_BxT.at[:, 0].set(first_logp_B)
   done_B = jnp.isin(first_B, stop_ids)
 
   def step(carry):
-    t, tokens_BxT, logps_BxT, done_B, keys_LxBxKxHxS, values_LxBxKxSxH, full_heads = carry
+    t, tokens_BxT, logps_BxT, done_B, keys_LxBxKxHxT, values_LxBxKxTxH, full_heads = carry
     x_BxD = embed_VxD[tokens_BxT[:, t - 1]] * jnp.sqrt(embed_VxD.shape[-1]).astype(embed_VxD.dtype)
     position_B = next_position_B + t - 1
     for layer, (w, shape) in enumerate(zip(weights, shapes)):
-      x_BxD, keys_LxBxKxHxS, values_LxBxKxSxH = _decode_layer(
-          w, shape, layer, x_BxD, position_B, width + t - 1, keys_LxBxKxHxS, values_LxBxKxSxH,
-          valid_BxS)
+      x_BxD, keys_LxBxKxHxT, values_LxBxKxTxH = _decode_layer(
+          w, shape, layer, x_BxD, position_B, t - 1, prompt_cache, valid_UxP, keys_LxBxKxHxT,
+          values_LxBxKxTxH)
     normed_BxD = _rms_norm(x_BxD, final_norm_D)
     key = jax.random.fold_in(rng, t)
     if screen_width:
@@ -496,15 +537,15 @@ def _decode(weights, embed_VxD, head_VxD, screen, final_norm_D, first_B, first_l
     if with_logps:
       logps_BxT = logps_BxT.at[:, t].set(_token_logps(logits_BxV, token_B, sampling))
     done_B = done_B | jnp.isin(token_B, stop_ids)
-    return (t + 1, tokens_BxT.at[:, t].set(token_B), logps_BxT, done_B, keys_LxBxKxHxS,
-            values_LxBxKxSxH, full_heads)
+    return (t + 1, tokens_BxT.at[:, t].set(token_B), logps_BxT, done_B, keys_LxBxKxHxT,
+            values_LxBxKxTxH, full_heads)
 
   def more(carry):
     t, _, _, done_B, *_ = carry
     return (t < new_tokens) & ~jnp.all(done_B)
 
   _, tokens_BxT, logps_BxT, _, _, _, full_heads = jax.lax.while_loop(
-      more, step, (1, tokens_BxT, logps_BxT, done_B, keys_LxBxKxHxS, values_LxBxKxSxH,
+      more, step, (1, tokens_BxT, logps_BxT, done_B, keys_LxBxKxHxT, values_LxBxKxTxH,
                    jnp.int32(0)))
   return tokens_BxT, logps_BxT, full_heads
 
@@ -581,15 +622,15 @@ class GroupedRollout(base_rollout.BaseRollout):
     # Log-probs need every logit: no screen then.
     width = 0 if with_logps or not self._screen else screen_width(sampling, embed_VxD.shape[0])
     graphdef, state = nnx.split(self._model)
-    (weights, head_VxD, screen, first_B, first_logp_B, keys, values, next_position_B,
-     valid_BxP) = _prefill(
+    (weights, head_VxD, screen, first_B, first_logp_B, prompt_cache, next_position_B,
+     valid_UxP) = _prefill(
         graphdef, state, jnp.asarray(padded_BxP[starts]), rng, lora_scale=self._lora_scale,
         rows_per_prompt=rows_per_prompt, new_tokens=new_tokens, pad_id=pad, sampling=sampling,
         decode_dtype=self._decode_dtype, screened=bool(width))
     tokens_BxT, logps_BxT, full_heads = _decode(
         weights, embed_VxD, embed_VxD if head_VxD is None else head_VxD, screen,
-        self._model.final_norm.scale.value, first_B, first_logp_B, keys, values,
-        next_position_B, valid_BxP, stop_ids, rng, shapes=self._shapes, new_tokens=new_tokens,
+        self._model.final_norm.scale.value, first_B, first_logp_B, prompt_cache,
+        next_position_B, valid_UxP, stop_ids, rng, shapes=self._shapes, new_tokens=new_tokens,
         sampling=sampling, with_logps=with_logps, screen_width=width)
     del weights, head_VxD, screen
     tokens_BxT, logps_BxT, full_heads = jax.device_get((tokens_BxT, logps_BxT, full_heads))

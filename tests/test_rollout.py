@@ -83,11 +83,15 @@ def test_greedy_matches_tunix_sampler_with_lora(tiny_setup, texts):
   assert out.text == [tokenizer.decode(t) for t in want_tokens]
 
 
-def test_greedy_matches_tunix_with_grouped_query_heads_and_a_short_window():
+@pytest.mark.parametrize("window", [24, 5], ids=["cuts-the-prompt", "cuts-the-completion"])
+def test_greedy_matches_tunix_with_grouped_query_heads_and_a_short_window(window):
   # Two key/value heads (G = 2 queries each) and a window shorter than the
-  # prompts, so the sliding-window mask cuts keys during prefill and decode.
+  # prompts, so the sliding-window mask cuts the prompt's keys, which the
+  # engine holds once per prompt, during prefill and decode; a window of 5
+  # also cuts the completion's own first keys, held per row, from the 6th
+  # new token on.
   mesh = device_mesh()
-  actor, tokenizer, engine = build(mesh, num_kv_heads=2, sliding_window=24)
+  actor, tokenizer, engine = build(mesh, num_kv_heads=2, sliding_window=window)
   out = generate(engine, mesh, GROUPED)
   want_tokens, _ = tunix_greedy(actor, tokenizer, mesh, GROUPED)
   assert [t.tolist() for t in out.tokens] == want_tokens

@@ -22,8 +22,9 @@ def test_layer_params_count_every_projection_by_hand():
 def test_accounting_by_hand():
   need = roofline.accounting(SHAPE)
   n = 144  # one layer's projections
-  # Every weight (embedding as LM head included) once, plus 2 rows x (K + V) x cache 5 x head 2.
-  assert need["decode_bytes"] == 4 * (n + 10 * 4 + 2 * 1 * 2 * 1 * 5 * 2)
+  # Every weight (embedding as LM head included) once, plus (K + V) x head 2 of the
+  # prompt's 3 slots once (its 2 rows share them) and of each row's 2 new slots.
+  assert need["decode_bytes"] == 4 * (n + 10 * 4 + 2 * 1 * 2 * (1 * 3 + 2 * 2))
   attention = lambda q, k: 4 * 1 * 2 * 2 * q * k
   assert need["prefill_flops"] == 2 * n * 3 + attention(3, 3) + 2 * 4 * 10 * 2
   reference = 2 * n * (3 + 2 * 2) + attention(3, 3) + attention(4, 5) + 2 * 4 * 10 * 4
