@@ -446,11 +446,15 @@ def _screened_top(normed_BxD, head_VxD, screen_VxD, head_norm_max, k: int, width
   return top_BxK, ids_BxK, proved
 
 
-@functools.partial(jax.jit, static_argnames=("lora_scale", "rows_per_prompt", "new_tokens",
-                                             "pad_id", "sampling", "decode_dtype", "screened"))
-def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_prompt,
-             new_tokens, pad_id, sampling, decode_dtype, screened):
-  """Distinct prompts through the policy once; first tokens and their log-probs; decode inputs."""
+@functools.partial(jax.jit, static_argnames=("lora_scale", "rows_per_prompt", "pad_id",
+                                             "sampling", "decode_dtype", "screened"))
+def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_prompt, pad_id,
+             sampling, decode_dtype, screened):
+  """Distinct prompts through the policy once; first tokens and their log-probs; decode inputs.
+
+  Its cache holds only the prompt's slots, so one program serves every
+  completion length.
+  """
   model = nnx.merge(graphdef, state)
   num_prompts, width = prompt_ids_UxP.shape
   cfg = model.config
@@ -625,7 +629,7 @@ class GroupedRollout(base_rollout.BaseRollout):
     (weights, head_VxD, screen, first_B, first_logp_B, prompt_cache, next_position_B,
      valid_UxP) = _prefill(
         graphdef, state, jnp.asarray(padded_BxP[starts]), rng, lora_scale=self._lora_scale,
-        rows_per_prompt=rows_per_prompt, new_tokens=new_tokens, pad_id=pad, sampling=sampling,
+        rows_per_prompt=rows_per_prompt, pad_id=pad, sampling=sampling,
         decode_dtype=self._decode_dtype, screened=bool(width))
     tokens_BxT, logps_BxT, full_heads = _decode(
         weights, embed_VxD, embed_VxD if head_VxD is None else head_VxD, screen,
