@@ -169,7 +169,7 @@ def test_own_feed_forward_matches_qwix_in_values_and_lora_gradients(tiny):
     expected = dict(nnx.to_flat_state(expected_grads))[path]
     scale = float(jnp.abs(expected.value).max())
     # Both programs sum the same float32 terms in orders of XLA's choosing:
-    # a CI machine measured 2.4e-4 of the largest entry on an adapter Qwix
+    # a cold CI rehearsal measured 2.4e-4 of the largest entry on an adapter Qwix
     # computes in both (the kv projection's A). A wrong gradient is off by
     # its own size.
     np.testing.assert_allclose(grad.value, expected.value, atol=1e-3 * scale, err_msg=str(path))
