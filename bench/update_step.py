@@ -1,6 +1,6 @@
 """The GRPO update's gradient program on Gemma-3-270M shapes, timed and broken down by op kind.
 
-  flock /tmp/gemma_grpo_heavy.lock python bench/update_step.py [--profile] [--repeats 5]
+  flock /tmp/gemma_grpo_heavy.lock python bench/update_step.py [--profile] [--repeats 5] [--matmul-dtype bfloat16]
 About 1.5 min on a quiet 2-core CPU (2.5 with --profile).
 
 The program is the trainer's: value and LoRA gradient of losses.policy_loss
@@ -16,7 +16,10 @@ The jitted program also hands the model's state back (nnx.jit does); the
 trainer donates it and this script does not, so every call here includes
 copying it (the 671 MB embedding among it: ~70 ms of one thread).
 
-Prints the median seconds of --repeats calls after one warm-up, and with
+Prints the compiled program's temporaries (XLA's memory_analysis(): the
+buffers it needs besides its arguments and outputs, which is what the update
+adds to the trainer's resident memory), the median seconds of --repeats
+calls after one warm-up, and with
 --profile one more call under jax.profiler, summed by XLA:CPU op kind (thread
 seconds: both threads' time, so it exceeds the wall time): YNNPACK dot
 fusions, copy/transpose fusions, and the rest. Also prints this machine's
@@ -140,14 +143,20 @@ def main() -> None:
   p.add_argument("--prompt-len", type=int, default=157)
   p.add_argument("--repeats", type=int, default=5)
   p.add_argument("--profile", action="store_true")
+  p.add_argument("--matmul-dtype", choices=("float32", "bfloat16"), default="float32",
+                 help="model.matmul_dtype of the policy")
   args = p.parse_args()
   c = base.get_config()
   mesh = mesh_lib.make_mesh(c.mesh)
   actor = policy(mesh)
+  actor.matmul_dtype = None if args.matmul_dtype == "float32" else args.matmul_dtype
   inputs = batch(args.prompt_len)
   step = update_program(inputs)
-  result = {"gemma_grpo": gemma3_rl.__file__, "prompt_len": args.prompt_len}
+  result = {"gemma_grpo": gemma3_rl.__file__, "prompt_len": args.prompt_len,
+            "matmul_dtype": args.matmul_dtype}
   with jax.set_mesh(mesh):
+    memory = step.lower(actor).compile().memory_analysis()
+    result["temporaries_mib"] = round(memory.temp_size_in_bytes / 2**20, 1)
     jax.block_until_ready(step(actor))
     times = []
     for _ in range(args.repeats):

@@ -20,6 +20,11 @@
   spent copying (bench/update_step.py --profile). Written out, every
   gradient dot reads its large operand in place. Needs `lora_scale` (alpha / r) on the model, which lora.apply sets;
   without it Qwix's path runs. Seam touch 10 (seam.py).
+* The feed-forward's backward pass recomputes its forward from the block's
+  input instead of keeping the [tokens, F] intermediates of every layer:
+  on the 270M's update that cut XLA's temporaries from 2.58 to 1.40 GB
+  (BENCHMARKS.md, "The update's gradient program"). jax.checkpoint does not
+  do this on XLA:CPU, which merges the recomputation back into the forward.
 * `matmul_dtype` (model.matmul_dtype, set by model_loading): "bfloat16"
   casts the operands of the feed-forward's frozen products (forward and
   input gradient) to bfloat16 and accumulates in float32; the adapters,
@@ -35,6 +40,7 @@ model is converted by swapping its graph definition, without copying.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 from flax import nnx
 import jax
@@ -135,28 +141,88 @@ def _decoder_layer(layer, x, positions, cache, attention_mask, lora_scale: float
   return cache, layer.post_ffw_norm(outputs) + attn_output
 
 
+class _FeedForwardStatics(NamedTuple):
+  adapted: tuple[bool, bool, bool]  # gate, up, down: which projections have an adapter
+  lora_scale: float | None
+  matmul_dtype: str | None
+  act_btf: tuple  # Tunix's sharding of the [B, T, F] activations
+
+
 def _feed_forward(mlp, x_BxTxD, lora_scale: float | None, matmul_dtype: str | None):
-  """Tunix's FeedForward (gelu(x·Wg) * x·Wu)·Wd, each projection through `_linear`."""
-  linear = functools.partial(_linear, lora_scale=lora_scale, matmul_dtype=matmul_dtype)
-  gate_BxTxF = linear(mlp.gate_proj, x_BxTxD)
-  up_BxTxF = linear(mlp.up_proj, x_BxTxD)
-  activations_BxTxF = sharding_utils.shard(
-      nnx.gelu(gate_BxTxF) * up_BxTxF, mlp.config.shd_config.act_btf)
-  return linear(mlp.down_proj, activations_BxTxF)
+  """Tunix's FeedForward (gelu(x·Wg) * x·Wu)·Wd, recomputed in the backward pass."""
+  projections = (mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+  adapted = tuple(hasattr(linear, "kernel_lora_a") for linear in projections)
+  weights = []
+  for linear, has_adapter in zip(projections, adapted):
+    weights.append(linear.kernel.value)
+    if has_adapter:
+      weights += [linear.kernel_lora_a.value, linear.kernel_lora_b.value]
+  statics = _FeedForwardStatics(adapted, lora_scale, matmul_dtype,
+                                tuple(mlp.config.shd_config.act_btf))
+  return _recomputed_feed_forward(statics, x_BxTxD, tuple(weights))
 
 
-def _linear(linear: nnx.Linear, x, *, lora_scale: float | None, matmul_dtype: str | None):
-  """A bias-free nnx.Linear, with its Qwix adapter (if any) through lora_dot."""
-  adapter_a = getattr(linear, "kernel_lora_a", None)
-  if adapter_a is None:
-    if matmul_dtype is None:
-      return linear(x)
-    dtype = jnp.result_type(x, linear.kernel.value)
-    return jnp.einsum("...i,io->...o", _operand(x, matmul_dtype),
-                      _operand(linear.kernel.value, matmul_dtype),
-                      preferred_element_type=dtype)
-  return lora_dot(x, linear.kernel.value, adapter_a.value, linear.kernel_lora_b.value,
-                  lora_scale, matmul_dtype)
+def _feed_forward_math(statics: _FeedForwardStatics, x_BxTxD, weights: tuple):
+  remaining = iter(weights)
+
+  def project(x, has_adapter: bool):
+    kernel = next(remaining)
+    if has_adapter:
+      return lora_dot(x, kernel, next(remaining), next(remaining), statics.lora_scale,
+                      statics.matmul_dtype)
+    return jnp.einsum("...i,io->...o", _operand(x, statics.matmul_dtype),
+                      _operand(kernel, statics.matmul_dtype),
+                      preferred_element_type=jnp.result_type(x, kernel))
+
+  gate_adapted, up_adapted, down_adapted = statics.adapted
+  gate_BxTxF = project(x_BxTxD, gate_adapted)
+  up_BxTxF = project(x_BxTxD, up_adapted)
+  activations_BxTxF = sharding_utils.shard(nnx.gelu(gate_BxTxF) * up_BxTxF, statics.act_btf)
+  return project(activations_BxTxF, down_adapted)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _recomputed_feed_forward(statics: _FeedForwardStatics, x_BxTxD, weights: tuple):
+  return _feed_forward_math(statics, x_BxTxD, weights)
+
+
+def _recomputed_feed_forward_fwd(statics, x, weights):
+  # Only the input is kept for the backward pass: saving the [B, T, F]
+  # intermediates (gate, up, gelu, their product) of all layers was most of
+  # the update's temporaries (bench/update_step.py).
+  flags = tuple(() if w.perturbed else None for w in weights)
+  values = tuple(w.value for w in weights)
+  return _feed_forward_math(statics, x.value, values), (x.value, values, flags)
+
+
+def _recomputed_feed_forward_bwd(statics, residuals, dy_BxTxD):
+  x_BxTxD, weights, flags = residuals
+  if isinstance(dy_BxTxD, jax.custom_derivatives.SymbolicZero):
+    return None, tuple(None for _ in weights)
+  # The recomputation must read something that exists only in the backward
+  # pass: XLA:CPU drops optimization barriers (the prevent_cse of
+  # jax.checkpoint) and then merges an identical recomputed product with the
+  # forward's, which keeps the intermediates alive after all. Adding dy * 0
+  # (not folded for floats, as NaN * 0 is NaN) makes the products differ.
+  x_BxTxD = x_BxTxD + (dy_BxTxD * 0).astype(x_BxTxD.dtype)
+  wanted = [i for i, flag in enumerate(flags) if flag is not None]
+
+  def forward(x, *differentiated):
+    all_weights = list(weights)
+    for i, w in zip(wanted, differentiated):
+      all_weights[i] = w
+    return _feed_forward_math(statics, x, tuple(all_weights))
+
+  _, vjp = jax.vjp(forward, x_BxTxD, *(weights[i] for i in wanted))
+  dx, *differentiated = vjp(dy_BxTxD)
+  grads = [None] * len(weights)
+  for i, g in zip(wanted, differentiated):
+    grads[i] = g
+  return dx, tuple(grads)
+
+
+_recomputed_feed_forward.defvjp(_recomputed_feed_forward_fwd, _recomputed_feed_forward_bwd,
+                                symbolic_zeros=True)
 
 
 def _operand(x, matmul_dtype: str | None):

@@ -177,6 +177,46 @@ def test_own_feed_forward_matches_qwix_in_values_and_lora_gradients(tiny):
   assert len(mlp_paths) == 6 * c.model.random.num_layers  # gate, up, down x (A, B)
 
 
+def _feed_forward_weights(key, width: int, hidden: int, rank: int):
+  shapes = [(width, hidden), (width, rank), (rank, hidden)] * 2 + [
+      (hidden, width), (hidden, rank), (rank, width)]
+  return tuple(jax.random.normal(k, s) / np.sqrt(s[0])
+               for k, s in zip(jax.random.split(key, len(shapes)), shapes))
+
+
+@pytest.mark.parametrize("matmul_dtype", [None, "bfloat16"])
+def test_feed_forward_backward_recomputes_instead_of_saving_intermediates(matmul_dtype):
+  statics = gemma3_rl._FeedForwardStatics((True, True, True), 0.5, matmul_dtype, (None,) * 3)
+  layers = [_feed_forward_weights(k, 16, 256, 4) for k in jax.random.split(jax.random.key(3), 6)]
+  x = jax.random.normal(jax.random.key(4), (2, 128, 16))
+  frozen = (0, 3, 6)
+
+  def loss(feed_forward, adapters):
+    h = x
+    for weights, layer_adapters in zip(layers, adapters):
+      merged = [w if i in frozen else layer_adapters.pop(0) for i, w in enumerate(weights)]
+      h = h + feed_forward(statics, jnp.tanh(h), tuple(merged))
+    return jnp.sum(h * h)
+
+  adapters = [[w for i, w in enumerate(weights) if i not in frozen] for weights in layers]
+  programs = {}
+  for name, feed_forward in (("recomputed", gemma3_rl._recomputed_feed_forward),
+                             ("saved", gemma3_rl._feed_forward_math)):
+    grad = jax.jit(jax.value_and_grad(lambda a, f=feed_forward: loss(f, [list(l) for l in a])))
+    compiled = grad.lower(adapters).compile()
+    programs[name] = (compiled.memory_analysis().temp_size_in_bytes, compiled(adapters))
+  (recomputed_bytes, (value, grads)), (saved_bytes, (want_value, want_grads)) = (
+      programs["recomputed"], programs["saved"])
+  np.testing.assert_allclose(value, want_value, rtol=1e-5)
+  for got, want in zip(jax.tree.leaves(grads), jax.tree.leaves(want_grads)):
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(jnp.abs(want).max()))
+  # Autodiff keeps each layer's [2, 128, 256] gate, up and activations (256 KiB
+  # apiece) for the backward pass; the recomputed program keeps each input
+  # (16 KiB). If XLA merged the recomputation into the forward, the two
+  # programs' temporaries would be alike.
+  assert recomputed_bytes < 0.5 * saved_bytes, (recomputed_bytes, saved_bytes)
+
+
 def test_lora_dot_in_bfloat16_rounds_only_the_frozen_products():
   keys = jax.random.split(jax.random.key(2), 5)
   x = jax.random.normal(keys[0], (2, 5, 64))
