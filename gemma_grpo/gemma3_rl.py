@@ -22,7 +22,7 @@
   without it Qwix's path runs. Seam touch 10 (seam.py).
 * The feed-forward's backward pass recomputes its forward from the block's
   input instead of keeping the [tokens, F] intermediates of every layer:
-  on the 270M's update that cut XLA's temporaries from 2.58 to 1.40 GB
+  on the 270M's update that cut XLA's temporaries from 2580 to 1404 MiB
   (BENCHMARKS.md, "The update's gradient program"). jax.checkpoint does not
   do this on XLA:CPU, which merges the recomputation back into the forward.
 * `matmul_dtype` (model.matmul_dtype, set by model_loading): "bfloat16"
