@@ -132,8 +132,8 @@ def get_config() -> ml_collections.ConfigDict:
   # The grouped engine's float32 LM head under top-k or greedy decoding: "auto"
   # ranks the vocabulary with a bfloat16 copy, rescores the best candidates in
   # float32 and proves the top-k is among them, so tokens come from the float32
-  # logits (gemma_grpo/rollout.py); on where bfloat16 dots are native (AVX512_BF16
-  # or AMX CPUs, GPUs, TPUs). "on" / "off" force it.
+  # logits (gemma_grpo/rollout.py); on where it measured faster (CPUs with
+  # AMX, GPUs, TPUs; not an AVX512_BF16 CPU without AMX). "on" / "off" force it.
   c.rollout.screen_lm_head = "auto"
 
   c.optim = ml_collections.ConfigDict()

@@ -33,8 +33,8 @@ the behaviour policy), and bench/decode_precision.py measures the difference.
 
 The float32 LM head (the tied embedding, 671 MB for the 270M) is the largest
 read of a decode step. With top-k sampling or greedy decoding only the k
-largest logits matter, so by default (`screen_lm_head="auto"`: where the
-backend multiplies bfloat16 in hardware) a bfloat16 copy of the head ranks
+largest logits matter, so by default (`screen_lm_head="auto"`: on accelerators and on CPUs with
+bfloat16 matrix units, where it measured faster) a bfloat16 copy of the head ranks
 the vocabulary, the best few hundred candidates are rescored from the
 float32 head, and an error bound proves the float32 top-k is among them;
 where it cannot, that step computes the whole float32 head. Tokens are drawn
@@ -105,12 +105,16 @@ class LayerShape:
 
 DECODE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 SCREEN_SETTINGS = ("auto", "on", "off")  # rollout.screen_lm_head; see _screened_top
-_BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86 and Arm's names in /proc/cpuinfo
+# The CPUs on which the screen measured faster: x86 with AMX (an Intel Xeon,
+# 1.21-1.42x a decode token). On an AMD EPYC with AVX512_BF16 and no AMX its
+# bfloat16 head read no faster than the float32 one and the screen gave
+# 0.94x and 1.05x (BENCHMARKS.md, "The LM head's screen in decode").
+_SCREEN_CPU_FLAGS = ("amx_bf16",)
 
 
-def bfloat16_dots_are_native() -> bool:
-  """Whether this backend multiplies bfloat16 in hardware: accelerators do; a
-  CPU does where /proc/cpuinfo lists a bfloat16 dot instruction."""
+def bfloat16_matrix_units() -> bool:
+  """Whether the LM head's screen pays off here: on accelerators, and on a
+  CPU whose /proc/cpuinfo lists a bfloat16 matrix unit (_SCREEN_CPU_FLAGS)."""
   if jax.default_backend() != "cpu":
     return True
   try:
@@ -118,7 +122,7 @@ def bfloat16_dots_are_native() -> bool:
       flags = set(" ".join(line for line in f if line.startswith(("flags", "Features"))).split())
   except OSError:
     return False
-  return any(flag in flags for flag in _BFLOAT16_CPU_FLAGS)
+  return any(flag in flags for flag in _SCREEN_CPU_FLAGS)
 
 
 def _project(x_BxI, w_OxI):
@@ -588,7 +592,7 @@ class GroupedRollout(base_rollout.BaseRollout):
       raise ValueError(f"screen_lm_head={screen_lm_head!r}: must be one of {', '.join(SCREEN_SETTINGS)}")
     # Only a float32 head is screened: a bfloat16 one is already as cheap.
     self._screen = decode_dtype == "float32" and (
-        screen_lm_head == "on" or (screen_lm_head == "auto" and bfloat16_dots_are_native()))
+        screen_lm_head == "on" or (screen_lm_head == "auto" and bfloat16_matrix_units()))
     self.full_head_steps = 0  # of the last generate(): decode steps the screen did not prove
     self._shapes = tuple(layer_shape(layer) for layer in rollout_actor.layers)
 

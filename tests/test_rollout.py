@@ -245,7 +245,7 @@ def test_an_unknown_screen_setting_is_refused_and_auto_follows_the_cpu(tiny_setu
   with pytest.raises(ValueError, match="screen_lm_head='always': must be one of auto, on, off"):
     rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, screen_lm_head="always")
   for native in (True, False):
-    monkeypatch.setattr(rollout, "bfloat16_dots_are_native", lambda native=native: native)
+    monkeypatch.setattr(rollout, "bfloat16_matrix_units", lambda native=native: native)
     engine = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0)
     assert engine._screen is native  # pylint: disable=protected-access
   # A bfloat16 head is not screened: it is the screen's own precision.
