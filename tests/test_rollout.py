@@ -244,14 +244,26 @@ def test_an_unknown_screen_setting_is_refused_and_auto_follows_the_cpu(tiny_setu
   mesh, actor, tokenizer, _ = tiny_setup
   with pytest.raises(ValueError, match="screen_lm_head='always': must be one of auto, on, off"):
     rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, screen_lm_head="always")
-  for native in (True, False):
-    monkeypatch.setattr(rollout, "bfloat16_matrix_units", lambda native=native: native)
+  for pays in (True, False):
+    monkeypatch.setattr(rollout, "screen_pays_off", lambda pays=pays: pays)
     engine = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0)
-    assert engine._screen is native  # pylint: disable=protected-access
+    assert engine._screen is pays  # pylint: disable=protected-access
   # A bfloat16 head is not screened: it is the screen's own precision.
   half = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, decode_dtype="bfloat16",
                                 screen_lm_head="on")
   assert not half._screen  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("flags, pays", [
+    ("fpu sse avx512f avx512_bf16 avx512_vnni", False),  # the AMD EPYC where it measured slower
+    ("fpu sse avx512f avx512_bf16 amx_bf16 amx_tile", True),  # an Intel Xeon with AMX
+    ("fp asimd bf16", False),  # Arm's bfloat16 dot, not measured
+])
+def test_auto_screens_only_on_cpus_with_bfloat16_matrix_units(tmp_path, flags, pays):
+  cpuinfo = tmp_path / "cpuinfo"
+  cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
+  assert rollout.screen_pays_off(str(cpuinfo)) is pays
+  assert rollout.screen_pays_off(str(tmp_path / "missing")) is False
 
 
 def screened_top(normed_BxD, head_VxD, k, width, temperature=1.0):
