@@ -20,8 +20,10 @@ arrays, which are the donated buffers under new handles.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import warnings
 
 from flax import nnx
 import ml_collections
@@ -39,6 +41,8 @@ from gemma_grpo import storage
 from gemma_grpo import trainers
 
 seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
+
+_WITH_MESH_DEPRECATED = r"`with mesh:` context manager has been deprecated"
 
 
 class SharedWeightsCluster(rl_cluster_lib.RLCluster):
@@ -87,6 +91,7 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
     with self.r2m[rl_cluster_lib.Role.ACTOR]:
       self.actor_trainer.precompile_train_step(example)
 
+  @contextlib.contextmanager
   def in_update_context(self):
     """The mesh context Tunix's update_actor holds while the trainer's hooks run.
 
@@ -95,7 +100,13 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
     entered through it shares their compiled programs instead of compiling
     its own.
     """
-    return self.r2m[rl_cluster_lib.Role.ACTOR]
+    with warnings.catch_warnings():
+      # Tunix enters it as `with mesh:`, which JAX 0.10 deprecates; only the
+      # same context shares Tunix's programs, and `python -m gemma_grpo.train`
+      # would otherwise print the warning on the user's console.
+      warnings.filterwarnings("ignore", message=_WITH_MESH_DEPRECATED, category=DeprecationWarning)
+      with self.r2m[rl_cluster_lib.Role.ACTOR]:
+        yield
 
   def sync_weights(self):
     """Tunix's sync (when rollout and actor do not share a model), no anchor."""

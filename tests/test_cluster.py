@@ -1,9 +1,13 @@
 """The RL cluster keeps one copy of the frozen weights through an update."""
 
+import warnings
+
 import jax
+from jax._src import mesh as mesh_context  # the `with mesh:` context, which JAX offers no public reader of
 import numpy as np
 import pytest
 from flax import nnx
+from tunix.rl.rl_cluster import Role
 
 from gemma_grpo import cluster as cluster_lib
 from gemma_grpo import config as config_lib
@@ -43,6 +47,13 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
   # The rollout engine samples from the trained module itself, so no weight
   # sync is needed and none can be forgotten.
   assert cluster.rollout.model() is policy
+  # The starting eval enters the actor's mesh as Tunix's update does, without
+  # JAX's deprecation warning reaching the console of `python -m gemma_grpo.train`.
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    with cluster.in_update_context():
+      assert mesh_context.thread_resources.env.physical_mesh is cluster.r2m[Role.ACTOR]
+  assert mesh_context.thread_resources.env.physical_mesh.empty
   assert all(a is b for a, b in zip(frozen_leaves(policy), frozen_leaves(loaded.model)))
   adapters_before = lora_leaves(policy)
   frozen_before = frozen_leaves(policy)
