@@ -12,6 +12,7 @@ COMMANDS = {
     "export": ("gemma_grpo.export", "merge LoRA into Hugging Face safetensors or GGUF"),
     "sft": ("gemma_grpo.sft", "supervised warm start on worked solutions"),
     "plot": ("gemma_grpo.plots", "PNG curves of a run's metrics"),
+    "plan": ("gemma_grpo.plan.command", "compile a config for a TPU/GPU slice: fits? how fast?"),
 }
 
 

@@ -153,11 +153,10 @@ def rollout_engine(c: ml_collections.ConfigDict):
                            screen_lm_head=c.rollout.screen_lm_head)
 
 
-def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
-                   stop_token_ids: list[int]):
-  """Tunix's ClusterConfig: actor, reference and rollout on one mesh."""
+def training_config(c: ml_collections.ConfigDict, workdir, writer):
+  """Tunix's RLTrainingConfig; `workdir` None writes no checkpoints or metrics (plan)."""
   t = c.train
-  training = rl_cluster_lib.RLTrainingConfig(
+  return rl_cluster_lib.RLTrainingConfig(
       actor_optimizer=optim.optimizer(c.optim, t.max_steps),
       max_steps=t.max_steps,
       # Read by the actor trainer only: SharedWeightsCluster hands the learner
@@ -172,19 +171,26 @@ def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
       # In-training evaluation is ours (greedy, with accuracy); Tunix's only
       # recomputes the loss, so it never runs.
       eval_every_n_steps=10**9,
-      checkpoint_root_directory=os.fspath(storage.path(workdir) / "checkpoints"),
+      checkpoint_root_directory=(
+          None if workdir is None else os.fspath(storage.path(workdir) / "checkpoints")),
       checkpointing_options=ocp.CheckpointManagerOptions(
           # Checkpoints are written by step_hooks.RunHooks after a finiteness check.
           save_decision_policy=ocp.checkpoint_managers.SpecificStepsPolicy(steps=()),
           max_to_keep=c.ckpt.keep,
       ),
-      metrics_logging_options=metrics_logger.MetricsLoggerOptions(
+      metrics_logging_options=None if workdir is None else metrics_logger.MetricsLoggerOptions(
           log_dir=os.fspath(storage.path(workdir) / "tensorboard"),
           flush_every_n_steps=c.log.flush_every_steps,
           backend_kwargs={"custom_backend": [lambda: writer]},
       ),
       data_sharding_axis=("fsdp",),
   )
+
+
+def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
+                   stop_token_ids: list[int]):
+  """Tunix's ClusterConfig: actor, reference and rollout on one mesh."""
+  training = training_config(c, workdir, writer)
   roles = rl_cluster_lib.Role
   return rl_cluster_lib.ClusterConfig(
       role_to_mesh={roles.ACTOR: mesh, roles.REFERENCE: mesh, roles.ROLLOUT: mesh},

@@ -123,6 +123,17 @@ def apply(base, c: ml_collections.ConfigDict, mesh):
   actor share one copy of them instead of two.
   """
   import jax  # pylint: disable=g-import-not-at-top
+
+  with jax.set_mesh(mesh):
+    return with_adapters(base, c, mesh)
+
+
+def with_adapters(base, c: ml_collections.ConfigDict, mesh):
+  """`apply`'s work inside a mesh context the caller holds.
+
+  Traceable: `gemma-grpo plan` runs it under `nnx.eval_shape` to build the
+  policy's shapes and shardings without any weights.
+  """
   from flax import nnx  # pylint: disable=g-import-not-at-top
   import qwix  # pylint: disable=g-import-not-at-top
 
@@ -130,8 +141,7 @@ def apply(base, c: ml_collections.ConfigDict, mesh):
       module_path=f".*({c.targets})", rank=c.rank, alpha=c.alpha
   )
   keep_interception_installed(type(provider))
-  with jax.set_mesh(mesh):
-    actor = _add_adapters(base, provider, nnx.Rngs(c.seed), mesh)
+  actor = _add_adapters(base, provider, nnx.Rngs(c.seed), mesh)
   actor = mesh_lib.shard_model(actor, mesh)
   if num_lora_params(actor) == 0:
     raise errors.UserError(

@@ -615,35 +615,21 @@ class GroupedRollout(base_rollout.BaseRollout):
     pad = self.pad_id()
     padded_BxP = np.stack([np.pad(r, (width - len(r), 0), constant_values=pad) for r in rows])
     starts, rows_per_prompt = group_rows(prompts)
-    new_tokens = rollout_config.max_tokens_to_generate
-    greedy = not rollout_config.temperature or rollout_config.top_p is None
-    sampling = Sampling(greedy=greedy, temperature=float(rollout_config.temperature or 1.0),
-                        top_k=None if greedy else (rollout_config.top_k or None),
-                        top_p=1.0 if greedy else float(rollout_config.top_p))
     rng = rollout_config.seed  # as Tunix's sampler: a key, an int seed, or None (0)
     if rng is None:
       rng = jax.random.PRNGKey(0)
     elif isinstance(rng, int):
       rng = jax.random.PRNGKey(rng)
     stop_ids = jnp.asarray(list(rollout_config.eos_tokens or [self.eos_id()]), jnp.int32)
-
-    embed_VxD = self._model.embedder.input_embedding.value
-    with_logps = bool(rollout_config.return_logprobs)
-    # Log-probs need every logit: no screen then.
-    width = 0 if with_logps or not self._screen else screen_width(sampling, embed_VxD.shape[0])
-    graphdef, state = nnx.split(self._model)
-    (weights, head_VxD, screen, first_B, first_logp_B, prompt_cache, next_position_B,
-     valid_UxP) = _prefill(
-        graphdef, state, jnp.asarray(padded_BxP[starts]), rng, lora_scale=self._lora_scale,
-        rows_per_prompt=rows_per_prompt, pad_id=pad, sampling=sampling,
-        decode_dtype=self._decode_dtype, screened=bool(width))
-    tokens_BxT, logps_BxT, full_heads = _decode(
-        weights, embed_VxD, embed_VxD if head_VxD is None else head_VxD, screen,
-        self._model.final_norm.scale.value, first_B, first_logp_B, prompt_cache,
-        next_position_B, valid_UxP, stop_ids, rng, shapes=self._shapes, new_tokens=new_tokens,
-        sampling=sampling, with_logps=with_logps, screen_width=width)
-    del weights, head_VxD, screen
-    tokens_BxT, logps_BxT, full_heads = jax.device_get((tokens_BxT, logps_BxT, full_heads))
+    sampling, with_logps, screen = self.settings(rollout_config, rollout_config.return_logprobs)
+    fn, args, kwargs = self.prefill_call(jnp.asarray(padded_BxP[starts]), rng,
+                                         rows_per_prompt=rows_per_prompt, sampling=sampling,
+                                         screen_width=screen)
+    fn, args, kwargs = self.decode_call(
+        fn(*args, **kwargs), stop_ids, rng, new_tokens=rollout_config.max_tokens_to_generate,
+        sampling=sampling, with_logps=with_logps, screen_width=screen)
+    tokens_BxT, logps_BxT, full_heads = jax.device_get(fn(*args, **kwargs))
+    del fn, args, kwargs
     tokens_BxT, logps_BxT = np.asarray(tokens_BxT), np.asarray(logps_BxT)
     self.full_head_steps = int(full_heads)
     stops = np.asarray(stop_ids)
@@ -660,6 +646,39 @@ class GroupedRollout(base_rollout.BaseRollout):
         left_padded_prompt_tokens=padded_BxP,
         logprobs=logprobs_out if with_logps else None,
     )
+
+  def settings(self, rollout_config: base_rollout.RolloutConfig,
+               with_logps: bool) -> tuple[Sampling, bool, int]:
+    """(sampling rule, whether decode returns log-probs, screen width; 0 = unscreened)."""
+    greedy = not rollout_config.temperature or rollout_config.top_p is None
+    sampling = Sampling(greedy=greedy, temperature=float(rollout_config.temperature or 1.0),
+                        top_k=None if greedy else (rollout_config.top_k or None),
+                        top_p=1.0 if greedy else float(rollout_config.top_p))
+    vocab = self._model.embedder.input_embedding.value.shape[0]
+    # Log-probs need every logit: no screen then.
+    width = 0 if with_logps or not self._screen else screen_width(sampling, vocab)
+    return sampling, bool(with_logps), width
+
+  def prefill_call(self, prompt_ids_UxP, rng, *, rows_per_prompt: int, sampling: Sampling,
+                   screen_width: int):
+    """(the jitted prefill, its arguments, its keywords) for the distinct prompts."""
+    graphdef, state = nnx.split(self._model)
+    return _prefill, (graphdef, state, prompt_ids_UxP, rng), dict(
+        lora_scale=self._lora_scale, rows_per_prompt=rows_per_prompt, pad_id=self.pad_id(),
+        sampling=sampling, decode_dtype=self._decode_dtype, screened=bool(screen_width))
+
+  def decode_call(self, prefilled, stop_ids, rng, *, new_tokens: int, sampling: Sampling,
+                  with_logps: bool, screen_width: int):
+    """(the jitted decode loop, its arguments, its keywords), fed what the prefill returned."""
+    (weights, head_VxD, screen, first_B, first_logp_B, prompt_cache, next_position_B,
+     valid_UxP) = prefilled
+    embed_VxD = self._model.embedder.input_embedding.value
+    return _decode, (
+        weights, embed_VxD, embed_VxD if head_VxD is None else head_VxD, screen,
+        self._model.final_norm.scale.value, first_B, first_logp_B, prompt_cache,
+        next_position_B, valid_UxP, stop_ids, rng), dict(
+            shapes=self._shapes, new_tokens=new_tokens, sampling=sampling,
+            with_logps=with_logps, screen_width=screen_width)
 
   def get_per_token_logps(self, prompt_tokens, completion_tokens):
     from tunix.rl import common  # pylint: disable=g-import-not-at-top

@@ -49,7 +49,7 @@ class _DonatesModel:
       return super().jit_train_and_eval_step(skip_jit, cache_nnx_graph)
     # Tunix's construction, with the model among the donated arguments.
     self._shard_optimizer(pxla.thread_resources.env.physical_mesh)
-    train_step = nnx.jit(self.create_train_step_fn(), donate_argnames=("model", "optimizer"))
+    train_step = jit_train_step(self)
     self._train_step_jit = train_step
     eval_step = nnx.jit(self.create_eval_step_fn())
     bind = nnx.cached_partial if cache_nnx_graph else functools.partial
@@ -83,6 +83,14 @@ class _DonatesModel:
 
     self._precompiling = threading.Thread(target=compile_step, name="precompile-train-step")
     self._precompiling.start()
+
+
+def jit_train_step(trainer):
+  """The trainer's step, jitted with the model and the optimizer donated.
+
+  Called as step(model, optimizer, example); what `train` runs and `plan` lowers.
+  """
+  return nnx.jit(trainer.create_train_step_fn(), donate_argnames=("model", "optimizer"))
 
 
 class PeftTrainer(_DonatesModel, peft_trainer.PeftTrainer):

@@ -1,0 +1,44 @@
+"""Devices to compile for: a TPU or NVIDIA slice described to its compiler, or this machine.
+
+No accelerator is needed: JAX describes a TPU slice through libtpu and an
+NVIDIA one through the CUDA plugin's compiler, each given the slice's shape.
+"""
+
+from __future__ import annotations
+
+import jax
+import ml_collections
+import numpy as np
+
+from gemma_grpo import config as config_lib
+from gemma_grpo import errors
+from gemma_grpo import mesh as mesh_lib
+from gemma_grpo.plan import chips
+
+INSTALL = "pip install 'gemma-grpo[plan]'  (or pip install -e '.[plan]' in a checkout)"
+
+
+def for_topology(t: chips.Topology) -> list:
+  """The devices of slice `t`, as its compiler sees them."""
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+
+  try:
+    if t.platform == "tpu":
+      return list(topologies.get_topology_desc(
+          platform="tpu", topology_name=t.topology, chip_config_name=t.chip_config,
+          chips_per_host_bounds=t.chips_per_host, num_slices=1, wrap=(False, False, False)).devices)
+    return list(topologies.get_topology_desc(
+        platform="cuda", topology=t.topology, target_config=chips.nvidia_target_config(t.chip)).devices)
+  except (RuntimeError, ValueError, KeyError, NotImplementedError) as e:
+    what = "libtpu" if t.platform == "tpu" else "the CUDA plugin (jax-cuda12-plugin)"
+    raise errors.UserError(
+        f"--topology {t.name}: JAX cannot describe this slice without {what}"
+        f" ({str(e).splitlines()[0][:120]}); install it with {INSTALL}") from None
+
+
+def mesh_for(c: ml_collections.ConfigDict, devices: list):
+  """The config's (fsdp, tp) mesh over `devices`, with Auto axes as in training."""
+  shape = config_lib.mesh_shape(c, len(devices))
+  return jax.make_mesh(shape, mesh_lib.AXES,
+                       axis_types=(jax.sharding.AxisType.Auto,) * len(mesh_lib.AXES),
+                       devices=np.asarray(devices))
