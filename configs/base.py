@@ -106,6 +106,13 @@ def get_config() -> ml_collections.ConfigDict:
   # extra rollouts per batch (then zero-variance groups fill the rest).
   c.grpo.dynamic_sampling = False
   c.grpo.max_resample_rounds = 3
+  # Truncated importance sampling: C, the cap on each token's weight
+  # min(pi_trainer / pi_sampler, C), a probability ratio (unitless), which
+  # corrects for a rollout engine whose log-probs differ from the trainer's
+  # (bfloat16, other kernels); TRL and verl cap at 2-3. 0 = off (formulas:
+  # gemma_grpo/losses.py). On, the sampler's log-probs are always requested,
+  # which turns rollout.screen_lm_head off.
+  c.grpo.tis_cap = 0.0
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.temperature = 0.9
@@ -127,7 +134,8 @@ def get_config() -> ml_collections.ConfigDict:
   # reads half the bytes per token; samples then come from the policy rounded
   # to bfloat16, and the loss's importance ratio divides by that sampler's own
   # log-probs, so PPO's clip bounds the difference (BENCHMARKS.md, "Decode in
-  # bfloat16", measures both).
+  # bfloat16", measures both); with grpo.tis_cap > 0 the ratio keeps the
+  # trainer's log-probs and TIS's weight corrects for the sampler instead.
   c.rollout.decode_dtype = "float32"
   # The grouped engine's float32 LM head under top-k or greedy decoding: "auto"
   # ranks the vocabulary with a bfloat16 copy, rescores the best candidates in

@@ -311,6 +311,8 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
   _check(p, g.overlong_penalty >= 0, f"grpo.overlong_penalty={g.overlong_penalty}: must be >= 0")
   _check(p, 0 < g.gspo_epsilon < 1, f"grpo.gspo_epsilon={g.gspo_epsilon}: must be in (0, 1); the GSPO paper uses 3e-4")
   _check(p, g.gspo_epsilon_high >= g.gspo_epsilon, f"grpo.gspo_epsilon_high={g.gspo_epsilon_high}: must be >= grpo.gspo_epsilon={g.gspo_epsilon}")
+  # A cap below 1 would shrink even the tokens where sampler and trainer agree.
+  _check(p, g.tis_cap == 0 or g.tis_cap >= 1, f"grpo.tis_cap={g.tis_cap}: must be 0 (off) or >= 1; 2.0 is typical")
 
   _check(p, r.temperature > 0, f"rollout.temperature={r.temperature}: must be > 0; greedy rollouts make every completion of a group identical (zero advantage)")
   _check(p, 0 < r.top_p <= 1, f"rollout.top_p={r.top_p}: must be in (0, 1]")

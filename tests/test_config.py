@@ -104,6 +104,8 @@ def _invalid(c, device_count=1):
     ("eval.num_examples", 99, "eval.num_examples=99"),
     ("rewards.preset", "fancy", "rewards.preset"),
     ("ckpt.keep", 0, "ckpt.keep=0"),
+    ("grpo.tis_cap", -1.0, "grpo.tis_cap=-1.0: must be 0 (off) or >= 1; 2.0 is typical"),
+    ("grpo.tis_cap", 0.5, "grpo.tis_cap=0.5: must be 0 (off) or >= 1"),
 ])
 def test_validation_names_field_value_and_fix(tiny, field, value, needle):
   section, key = field.split(".")
@@ -118,6 +120,13 @@ def test_bfloat16_decoding_needs_the_grouped_engine(tiny):
   config_lib.validate(tiny, num_devices=1)
   tiny.rollout.engine = "tunix"
   assert any("needs rollout.engine='grouped'" in line for line in _invalid(tiny))
+
+
+@pytest.mark.parametrize("engine", ["grouped", "tunix"])
+def test_tis_is_valid_with_either_engine(tiny, engine):
+  # Tunix's sampler returns the drawn tokens' log-probs too (return_logprobs).
+  tiny.grpo.tis_cap, tiny.rollout.engine = 2.0, engine
+  config_lib.validate(tiny, num_devices=1)
 
 
 def test_validation_reports_every_problem_at_once(tiny):
