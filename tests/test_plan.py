@@ -1,0 +1,95 @@
+"""`gemma-grpo plan`: a tiny config planned for a real TPU slice, and the ways it refuses."""
+
+import json
+import math
+
+import pytest
+
+from conftest import run_cli  # pylint: disable=g-importing-member
+
+pytest.importorskip("libtpu", reason="the plan extra (libtpu) is not installed")
+
+
+def plan(tmp_path, *args, timeout=600):
+  out = tmp_path / "plan.json"
+  result = run_cli(["plan", "--config", "configs/tiny.py", "--json", str(out), *args],
+                   timeout=timeout, check=False)
+  return result, (json.loads(out.read_text()) if out.exists() else None)
+
+
+@pytest.fixture(scope="module")
+def tiny_on_v5e_8(tmp_path_factory):
+  return plan(tmp_path_factory.mktemp("plan"), "--topology", "v5e-8",
+              "--config.train.batch_size=4")
+
+
+def test_a_tiny_config_fits_on_a_v5e_8_and_says_so(tiny_on_v5e_8):
+  result, values = tiny_on_v5e_8
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "verdict: fits on v5e-8" in result.stdout
+  assert values["fits"] is True and values["devices"] == 8
+  assert values["mesh"] == {"fsdp": 8, "tp": 1}
+  assert set(values["programs"]) == {"update", "reference", "prefill", "decode"}
+  for name, program in values["programs"].items():
+    assert 0 < program["peak_bytes_per_device"] <= values["hbm_bytes_per_device"], name
+    assert program["flops_per_device"] > 0 and program["seconds_lower_bound"] > 0, name
+  assert values["step_seconds_lower_bound"] > 0 and 0 < values["mfu_bound"] <= 1
+
+
+def test_the_updates_flops_are_the_models_arithmetic_not_one_chunks(tiny_on_v5e_8):
+  """Summed over devices, within what the model's size and tokens give by hand.
+
+  configs/tiny.py: 2 layers, width 64, MLP 128, 4 query heads and 1 kv head of
+  16; 8 completions of 16 tokens after 192-token prompts (2 per group, each
+  prompt run once). The LM head runs on the 16 completion positions only, over
+  the 262,144-entry vocabulary, in a scan of 16 chunks: counting that scan's
+  body once would leave out 15/16 of the head, the bulk of this model's work.
+  """
+  _, values = tiny_on_v5e_8
+  d, f, v, layers, heads, kv, dh = 64, 128, 262144, 2, 4, 1, 16
+  projections = layers * (d * heads * dh * 2 + d * 2 * kv * dh + 3 * d * f)
+  prompt_tokens, completion_tokens = 4 * 192, 8 * 16
+  tokens = prompt_tokens + completion_tokens
+  head = 2 * d * v * completion_tokens  # forward logits
+  # Forward, plus backward to the activations (frozen weights: no weight
+  # gradients), the feed-forward recomputed, the head's expected embedding.
+  low = 2 * projections * tokens * 2 + 2 * head
+  high = 2 * projections * tokens * 4 + 3 * head + 4 * layers * tokens**2 * heads * dh * 3
+  summed = values["programs"]["update"]["flops_per_device"] * values["devices"]
+  assert low <= summed <= high, (low, summed, high)
+  # The compiler's own count sees one vocabulary chunk of sixteen.
+  compiler = values["programs"]["update"]["compiler_flops_per_device"] * values["devices"]
+  assert compiler < summed / 4
+
+
+def test_a_config_that_cannot_fit_exits_2_naming_the_program(tmp_path):
+  result, values = plan(tmp_path, "--topology", "v5e-1", "--config.train.batch_size=256",
+                        "--config.rollout.max_new_tokens=8192", "--config.rollout.kv_cache_size=8448")
+  assert result.returncode == 2, result.stderr[-2000:]
+  errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1 and "does not fit on v5e-1" in errors[0], result.stderr[-2000:]
+  assert any(name in errors[0] for name in ("update", "reference", "prefill", "decode"))
+  assert "Traceback" not in result.stderr
+  assert values["fits"] is False
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--topology", "v9z-8"], "--topology v9z-8: unknown"),
+    (["--topology", "cpu"], "--topology cpu: give --cpu-flops and --cpu-bandwidth"),
+    (["--topology", "v5e-8", "--config.mesh.fsdp=3"], "mesh.fsdp=3"),
+    (["--topology", "v5e-1", "--config.rollout.engine=tunix"], "rollout.engine"),
+])
+def test_bad_input_is_one_line(tmp_path, args, message):
+  result, _ = plan(tmp_path, *args, timeout=120)
+  assert result.returncode == 2
+  assert message in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
+
+
+def test_topology_names_cover_the_slices_users_rent():
+  from gemma_grpo.plan import chips  # pylint: disable=g-import-not-at-top
+
+  for name in ("v4-8", "v5e-8", "v5litepod-8", "v5e-1", "v5p-8", "v6e-8", "v5e-16", "h100-8", "h200-1"):
+    t = chips.topology(name)
+    assert t.chip.hbm_bytes > 0 and t.chip.peak_flops > 0 and t.chip.hbm_bandwidth > 0
+  assert chips.topology("v5litepod-8") == chips.topology("v5e-8")
+  assert math.isclose(chips.topology("v5e-8").chip.hbm_bytes, 16 * 2**30)
