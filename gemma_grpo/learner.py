@@ -14,7 +14,17 @@
 
 `Learner` replaces Tunix's rollout-and-advantage step to add what Tunix lacks:
 a per-step sampling key, DAPO's overlong penalty counted in tokens, dynamic
-sampling, temperature-consistent old log-probs, and per-step diagnostics.
+sampling, temperature-consistent old log-probs, truncated importance sampling,
+and per-step diagnostics.
+
+The sampler's own log-probs (rollout_config.return_logprobs) serve one of two
+ends, chosen by grpo.tis_cap (behaviour_logps):
+  TIS off (0)  a sampler that rounds the policy (rollout.decode_dtype=
+               "bfloat16") is the behaviour policy: its log-probs are the PPO
+               ratio's denominator, and the clip bounds the difference.
+  TIS on (C)   the ratio divides by the trainer's own old log-probs, and each
+               token's loss is weighted by min(pi_old / pi_sampler, C)
+               (losses.tis_weights), whatever the decode dtype.
 
 Dynamic sampling and resume: groups whose rewards are all equal carry no
 gradient, so they are dropped and the batch is refilled with fresh prompts.
@@ -68,6 +78,8 @@ class AlgoConfig(grpo_learner.GRPOConfig):
     max_resample_rounds: extra rollout rounds allowed per batch for that.
     log_kl: compute the KL to the reference for the logs even when beta = 0
       (one reference forward pass per step).
+    tis_cap: C of truncated importance sampling, the cap on each token's
+      weight min(pi_old / pi_sampler, C); 0 turns it off.
   """
 
   algorithm: str = "grpo"
@@ -79,6 +91,7 @@ class AlgoConfig(grpo_learner.GRPOConfig):
   dynamic_sampling: bool = False
   max_resample_rounds: int = 0
   log_kl: bool = True
+  tis_cap: float = 0.0
 
 
 def algo_config(c: ml_collections.ConfigDict) -> AlgoConfig:
@@ -95,6 +108,7 @@ def algo_config(c: ml_collections.ConfigDict) -> AlgoConfig:
       dynamic_sampling=c.dynamic_sampling,
       max_resample_rounds=c.max_resample_rounds,
       log_kl=c.log_kl,
+      tis_cap=c.tis_cap,
   )
   if c.algorithm == "grpo":
     return AlgoConfig(**common)
@@ -112,7 +126,7 @@ def algo_config(c: ml_collections.ConfigDict) -> AlgoConfig:
   raise ValueError(f"unknown grpo.algorithm {c.algorithm!r}")
 
 
-def loss_metrics(with_kl: bool) -> dict[str, Callable]:
+def loss_metrics(with_kl: bool, with_tis: bool = False) -> dict[str, Callable]:
   """Aux values of losses.loss_fn that Tunix logs as actor/train/<name>."""
   metrics = {
       "entropy": np.mean,
@@ -126,7 +140,35 @@ def loss_metrics(with_kl: bool) -> dict[str, Callable]:
   }
   if with_kl:
     metrics["kl"] = np.mean
+  if with_tis:
+    metrics.update({
+        "tis/ratio_mean": np.mean,
+        "tis/ratio_min": np.min,
+        "tis/ratio_max": np.max,
+        "tis/capped_frac": np.mean,
+    })
   return metrics
+
+
+def behaviour_logps(sampler_logps, *, tis: bool, trainer_old_logps: Callable[[], jax.Array] | None):
+  """(old log-probs for the PPO ratio, sampler log-probs for TIS's weight).
+
+  Args:
+    sampler_logps: [B, T] the rollout engine's own log-probs, or None when
+      it was not asked for them.
+    tis: truncated importance sampling is on (grpo.tis_cap > 0).
+    trainer_old_logps: computes the trainer's log-probs under the parameters
+      that sampled; None when the loss's own forward pass gives them (one
+      update per rollout).
+
+  Without TIS the sampler's log-probs, where there are any, are the ratio's
+  denominator; with TIS that is the trainer's, and the sampler's go to the
+  weight. None for the ratio means the loss's own stop_gradient(log pi).
+  """
+  if sampler_logps is not None and not tis:
+    return sampler_logps, None
+  old_logps = trainer_old_logps() if trainer_old_logps is not None else None
+  return old_logps, sampler_logps if tis else None
 
 
 # --- pure pieces, tested without a model ------------------------------------
@@ -292,8 +334,8 @@ def _sampling_logps_jit(graphdef, state, prompt_ids, completion_ids, pad_id, eos
 
 
 def _train_example(prompt_ids, completion_ids, advantages, ref_logps, old_logps,
-                   pad: int) -> grpo_learner.TrainExample:
-  return grpo_learner.TrainExample(
+                   sampler_logps, pad: int) -> losses.TrainExample:
+  return losses.TrainExample(
       prompt_ids=prompt_ids,
       prompt_mask=prompt_ids != pad,
       completion_ids=completion_ids,
@@ -301,6 +343,7 @@ def _train_example(prompt_ids, completion_ids, advantages, ref_logps, old_logps,
       ref_per_token_logps=ref_logps,
       advantages=jax.device_put(np.asarray(advantages, dtype=np.float32)),
       old_per_token_logps=old_logps,
+      sampler_per_token_logps=sampler_logps,
   )
 
 
@@ -334,15 +377,18 @@ class Learner(grpo_learner.GRPOLearner):
     # Updates after a batch's first see samples of an older policy: they need
     # the sampling policy's log-probs for the importance ratio.
     self._off_policy = updates_per_batch > 1
-    # A sampler that rounds the policy (rollout.decode_dtype="bfloat16") is a
-    # behaviour policy of its own: its log-probs are the ratio's denominator.
-    self._sampler_logps = sampler_logps
+    # sampler_logps: a sampler that rounds the policy (rollout.decode_dtype=
+    # "bfloat16") is a behaviour policy of its own. Its log-probs are the
+    # ratio's denominator, or with TIS (which asks for them whatever the
+    # sampler) the weight's (module docstring, behaviour_logps).
+    self._tis = cfg.tis_cap > 0
+    self._sampler_logps = sampler_logps or self._tis
     self._rollout_key = jax.random.PRNGKey(rollout_seed)
     self._refill_problems = refill_problems
     self._call = (-1, 0)  # (step, calls made during it)
     self._with_ref = bool(cfg.beta) or cfg.log_kl
     self.last_rollout = RolloutStats()
-    self.rl_cluster.actor_trainer.with_rl_metrics_to_log(loss_metrics(self._with_ref))
+    self.rl_cluster.actor_trainer.with_rl_metrics_to_log(loss_metrics(self._with_ref, self._tis))
 
   # --- one rollout round -----------------------------------------------------
 
@@ -457,26 +503,30 @@ class Learner(grpo_learner.GRPOLearner):
         ]).block_until_ready()
       self.rl_cluster.buffer_metrics(
           {"perf/reference_seconds": (time.perf_counter() - start, np.sum)}, mode=mode)
-    old_logps = None
+    sample_logps = None
     if rounds[0].sample_logps is not None:
-      # Importance ratio pi / sampler: PPO's clip then bounds the correction
-      # for the sampler's rounding, as truncated importance sampling does in
-      # TRL and verl (BENCHMARKS.md, "Decode in bfloat16").
-      old_logps = jnp.asarray(np.stack([rounds[r].sample_logps[k] for r, k in rows]))
-    elif self._off_policy:
+      # Without TIS the ratio pi / sampler and PPO's clip bound the sampler's
+      # rounding (BENCHMARKS.md, "Decode in bfloat16"); with TIS its weight does.
+      sample_logps = jnp.asarray(np.stack([rounds[r].sample_logps[k] for r, k in rows]))
+
+    def trainer_old_logps():
       # Tunix's own old log-probs ignore the sampling temperature; the loss
       # applies it, so they would disagree before any update.
       model = self.rl_cluster.actor_trainer.model
-      old_logps = jnp.concatenate([
+      return jnp.concatenate([
           _sampling_logps(model, prompt_ids[s:s + logps_micro], completion_ids[s:s + logps_micro],
                           pad, eos, cfg.temperature, g)
           for s in range(0, len(rows), logps_micro)
       ])
 
+    old_logps, tis_logps = behaviour_logps(
+        sample_logps, tis=self._tis,
+        trainer_old_logps=trainer_old_logps if self._off_policy else None)
     self._log_diagnostics(rounds, selection, advantages, mode, step)
-    return _train_example(prompt_ids, completion_ids, advantages, ref_logps, old_logps, pad)
+    return _train_example(prompt_ids, completion_ids, advantages, ref_logps, old_logps,
+                          tis_logps, pad)
 
-  def example_like(self, rows: int) -> grpo_learner.TrainExample:
+  def example_like(self, rows: int) -> losses.TrainExample:
     """A train example of zeros shaped as a training step's (`rows` completions).
 
     What the update's program is compiled for ahead of the first rollout
@@ -486,12 +536,15 @@ class Learner(grpo_learner.GRPOLearner):
     prompt_width = rollout_config.max_prompt_length
     completion_width = rollout_config.max_tokens_to_generate
     pad = self.rl_cluster.rollout.pad_id()
-    logps = np.zeros((rows, completion_width), np.float32)
+    logps = jnp.zeros((rows, completion_width), jnp.float32)
+    # The same choice as a training step's, so the structure matches too.
+    old_logps, tis_logps = behaviour_logps(
+        logps if self._sampler_logps else None, tis=self._tis,
+        trainer_old_logps=(lambda: logps) if self._off_policy else None)
     return _train_example(
         jnp.full((rows, prompt_width), pad, jnp.int32),
         jnp.full((rows, completion_width), pad, jnp.int32),
-        np.zeros(rows), jnp.asarray(logps) if self._with_ref else None,
-        jnp.asarray(logps) if self._off_policy else None, pad)
+        np.zeros(rows), logps if self._with_ref else None, old_logps, tis_logps, pad)
 
   def _log_diagnostics(self, rounds: list[_Round], selection: Selection,
                        advantages, mode, step: int) -> None:

@@ -17,14 +17,22 @@ generation limit rollout.max_new_tokens, A_i its advantage):
   sequence ratio  s_i  = exp(1/|o_i| sum_t log r_it)                   (GSPO)
   clipped term    l_it = -min(r A_i, clip(r, 1 - eps_low, 1 + eps_high) A_i)
   KL (k3)         k_it = pi_ref/pi - log(pi_ref/pi) - 1                (GRPO)
+  TIS weight      w_it = min(pi_old(o_it) / pi_sampler(o_it), C), detached  (grpo.tis_cap)
   aggregation     sequence-mean-token-mean  1/G sum_i 1/|o_i| sum_t    (GRPO, GSPO)
                   token-mean                1/sum_i|o_i| sum_i sum_t   (DAPO)
                   sequence-mean-token-scale 1/G sum_i 1/L sum_t        (Dr. GRPO)
-  loss = agg(l) + beta * agg(k)
+  loss = agg(w l) + beta * agg(k)      (w = 1 without TIS)
+
+Truncated importance sampling (TIS; Yao et al. 2025, TRL's token_truncate,
+verl's rollout_is=token): when the rollout engine samples from a policy that
+differs from the trainer's by rounding or kernels (pi_sampler), pi_old in the
+ratio stays the trainer's own and w corrects for the sampler; the KL term is
+not weighted (as in TRL, verl and Tunix).
 """
 
 from __future__ import annotations
 
+import flax
 import jax
 import jax.numpy as jnp
 from tunix.rl import common
@@ -39,6 +47,23 @@ LOG_RATIO_LIMIT = 20.0
 AGGREGATIONS = (
     "sequence-mean-token-mean", "token-mean", "sequence-mean-token-scale",
 )
+
+
+@flax.struct.dataclass(frozen=True)
+class TrainExample(common.TrainExample):
+  """Tunix's train example plus the sampler's own log-probs, for TIS.
+
+  Tunix's `sampler_is_weights` would hold finished weights, which need pi_old
+  before the loss runs: with one update per rollout pi_old is the loss's own
+  forward pass, so filling it would cost a second one. The loss forms the
+  weights from these log-probs instead; `sampler_is_weights` stays None.
+
+  Attributes:
+    sampler_per_token_logps: [B, T] log pi_sampler of the completion tokens
+      (0 past each row's end), or None: no TIS.
+  """
+
+  sampler_per_token_logps: jax.Array | None = None
 
 
 def per_token_logps_and_entropy(model, prompt_ids, completion_ids, pad_id: int,
@@ -83,6 +108,8 @@ def policy_loss(
     *,
     old_logps_BxT=None,
     ref_logps_BxT=None,
+    sampler_logps_BxT=None,
+    tis_cap: float = 0.0,
     epsilon_low: float,
     epsilon_high: float,
     beta: float,
@@ -95,10 +122,18 @@ def policy_loss(
     logps_BxT: log pi of the completion tokens (carries the gradient).
     advantages_B: one advantage per completion.
     mask_BxT: 1 on completion tokens, 0 on padding.
-    old_logps_BxT: log pi_old of the policy that sampled; None means the
-      samples come from the current parameters (one update per rollout), so
-      the ratio is exactly 1 while its gradient is grad log pi.
+    old_logps_BxT: log pi_old, the ratio's denominator. Without TIS, that
+      of the policy that sampled: the trainer's own log-probs before this
+      batch's updates, or the sampler's where it is a policy of its own
+      (rollout.decode_dtype="bfloat16"). With TIS, always the trainer's.
+      None means the trainer's parameters are the ones that sampled (one
+      update per rollout): pi_old = stop_gradient(pi), so the ratio is
+      exactly 1 while its gradient is grad log pi.
     ref_logps_BxT: log pi_ref; None skips the KL term and its metric.
+    sampler_logps_BxT: log pi_sampler, the rollout engine's own log-probs of
+      the tokens it drew; given, each token's clipped term is weighted by
+      w = min(pi_old / pi_sampler, tis_cap) (TIS); None: no weight.
+    tis_cap: C, the cap on w; must be > 0 when sampler_logps_BxT is given.
     epsilon_low, epsilon_high: clip range [1 - eps_low, 1 + eps_high].
     beta: KL weight.
     sequence_ratio: GSPO: clip and weight with s_i instead of r_it (the
@@ -112,10 +147,14 @@ def policy_loss(
     ref_logps_BxT is None), kl_loss, pg_clipfrac (tokens whose clipped side
     is active), clipfrac/low (r < 1 - eps_low with A < 0), clipfrac/high
     (r > 1 + eps_high with A > 0), ratio/{mean,min,max}, token_prob (mean
-    probability pi(o_t) of the sampled tokens).
+    probability pi(o_t) of the sampled tokens); with TIS also
+    tis/ratio_{mean,min,max} (pi_old / pi_sampler before the cap) and
+    tis/capped_frac (tokens whose ratio exceeds C).
   """
   if aggregation not in AGGREGATIONS:
     raise ValueError(f"aggregation={aggregation!r}: use one of {AGGREGATIONS}")
+  if sampler_logps_BxT is not None and not tis_cap > 0:
+    raise ValueError(f"tis_cap={tis_cap}: TIS (sampler_logps_BxT given) needs a cap C > 0")
   mask_BxT = mask_BxT.astype(jnp.float32)
   if old_logps_BxT is None:
     old_logps_BxT = jax.lax.stop_gradient(logps_BxT)
@@ -131,6 +170,10 @@ def policy_loss(
   unclipped_BxT = -adv_Bx1 * ratio_BxT
   clipped_BxT = -adv_Bx1 * jnp.clip(ratio_BxT, 1.0 - epsilon_low, 1.0 + epsilon_high)
   per_token_loss_BxT = jnp.maximum(unclipped_BxT, clipped_BxT)
+  tis_aux = {}
+  if sampler_logps_BxT is not None:
+    tis_weight_BxT, tis_aux = tis_weights(old_logps_BxT, sampler_logps_BxT, mask_BxT, tis_cap)
+    per_token_loss_BxT = per_token_loss_BxT * tis_weight_BxT
   pg_loss = common.aggregate_loss(per_token_loss_BxT, mask_BxT, aggregation)
   loss = pg_loss
 
@@ -156,8 +199,29 @@ def policy_loss(
       "ratio/min": jnp.min(jnp.where(present_BxT, ratio, jnp.inf)),
       "ratio/max": jnp.max(jnp.where(present_BxT, ratio, -jnp.inf)),
       "token_prob": token_mean(jnp.exp(jax.lax.stop_gradient(logps_BxT)), mask_BxT),
+      **tis_aux,
   }
   return loss, aux
+
+
+def tis_weights(old_logps_BxT, sampler_logps_BxT, mask_BxT, cap: float):
+  """TIS's w = min(pi_old / pi_sampler, C) per token, detached, and its metrics.
+
+  Returns:
+    (weight_BxT, aux): aux holds tis/ratio_{mean,min,max} of the uncapped
+    ratio and tis/capped_frac, over completion tokens.
+  """
+  log_ratio_BxT = jnp.clip(jax.lax.stop_gradient(old_logps_BxT) - sampler_logps_BxT,
+                           -LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+  ratio_BxT = jnp.exp(log_ratio_BxT)
+  present_BxT = mask_BxT > 0
+  aux = {
+      "tis/ratio_mean": token_mean(ratio_BxT, mask_BxT),
+      "tis/ratio_min": jnp.min(jnp.where(present_BxT, ratio_BxT, jnp.inf)),
+      "tis/ratio_max": jnp.max(jnp.where(present_BxT, ratio_BxT, -jnp.inf)),
+      "tis/capped_frac": token_mean(ratio_BxT > cap, mask_BxT),
+  }
+  return jax.lax.stop_gradient(jnp.minimum(ratio_BxT, cap)), aux
 
 
 @function_registry.register_policy_loss_fn(LOSS_NAME)
@@ -176,6 +240,8 @@ def loss_fn(model, train_example, algo_config, pad_id, eos_id, **unused):
       mask_BxT,
       old_logps_BxT=train_example.old_per_token_logps,
       ref_logps_BxT=train_example.ref_per_token_logps,
+      sampler_logps_BxT=train_example.sampler_per_token_logps,
+      tis_cap=algo_config.tis_cap,
       epsilon_low=algo_config.epsilon,
       epsilon_high=algo_config.epsilon_high,
       beta=algo_config.beta or 0.0,

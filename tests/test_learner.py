@@ -142,6 +142,48 @@ def test_algo_config(algorithm, expected):
   assert {f: getattr(cfg, f) for f in expected} == pytest.approx(expected)
 
 
+def test_algo_config_carries_the_tis_cap():
+  assert learner.algo_config(grpo_section()).tis_cap == 0.0
+  assert learner.algo_config(grpo_section(algorithm="gspo", tis_cap=2.0)).tis_cap == 2.0
+
+
+def test_loss_metrics_log_tis_only_when_it_is_on():
+  tis = {"tis/ratio_mean", "tis/ratio_min", "tis/ratio_max", "tis/capped_frac"}
+  assert not tis & set(learner.loss_metrics(with_kl=True))
+  on = learner.loss_metrics(with_kl=True, with_tis=True)
+  assert tis <= set(on)
+  assert (on["tis/ratio_min"], on["tis/ratio_max"]) == (np.min, np.max)
+
+
+# --- which log-probs the ratio and TIS's weight divide by ---------------------
+
+SAMPLER, TRAINER = "sampler", "trainer"
+
+
+@pytest.mark.parametrize("sampler, tis, off_policy, expected", [
+    # float32 sampler, TIS off: the loss's own log pi, or the trainer's old ones.
+    (None, False, False, (None, None)),
+    (None, False, True, (TRAINER, None)),
+    # A bfloat16 sampler, TIS off: it is the behaviour policy of the ratio.
+    (SAMPLER, False, False, (SAMPLER, None)),
+    (SAMPLER, False, True, (SAMPLER, None)),
+    # TIS on: the ratio keeps the trainer's log-probs, the weight takes the sampler's.
+    (SAMPLER, True, False, (None, SAMPLER)),
+    (SAMPLER, True, True, (TRAINER, SAMPLER)),
+])
+def test_behaviour_logps(sampler, tis, off_policy, expected):
+  calls = []
+
+  def trainer_old_logps():
+    calls.append(1)
+    return TRAINER
+
+  got = learner.behaviour_logps(sampler, tis=tis,
+                                trainer_old_logps=trainer_old_logps if off_policy else None)
+  assert got == expected
+  assert len(calls) == (expected[0] == TRAINER)  # the trainer's pass only when used
+
+
 def test_algo_config_carries_dapo_extras():
   cfg = learner.algo_config(grpo_section(
       algorithm="dapo", beta=0.0, overlong_buffer=64, overlong_penalty=0.5,
@@ -207,12 +249,8 @@ def test_tiny_config_trains_two_steps_and_logs_diagnostics(tmp_path, algorithm, 
 
 
 
-def test_a_bfloat16_sampler_is_the_ratios_behaviour_policy(monkeypatch, tmp_path):
-  # The float32 trainer scores samples drawn from the policy rounded to
-  # bfloat16 against the sampler's own log-probs: each row's end where its
-  # trained tokens end, the train example carries them as the old log-probs,
-  # and the first update's ratio pi / sampler is no longer exactly 1 (as it
-  # is with a float32 sampler, tests above), but close to it.
+def one_bfloat16_sampled_step(monkeypatch, workdir, tis_cap: float):
+  """(rollout round, train example, metrics row) of one tiny step decoded in bfloat16."""
   rounds = []
   original = learner.Learner._rollout
 
@@ -234,21 +272,49 @@ def test_a_bfloat16_sampler_is_the_ratios_behaviour_policy(monkeypatch, tmp_path
 
   c = config_lib.load("configs/tiny.py")
   c.rollout.decode_dtype = "bfloat16"
+  c.grpo.tis_cap = tis_cap
   c.train.max_steps = c.ckpt.every_steps = 1
   c.eval.every_steps = 0
-  assert train.train(c, str(tmp_path / "run")) == 0
+  assert train.train(c, str(workdir)) == 0
   (round_,) = rounds
-  example = captured["example"]
+  (row,) = metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
+  return round_, captured["example"], row
+
+
+def test_a_bfloat16_sampler_is_the_ratios_behaviour_policy(monkeypatch, tmp_path):
+  # The float32 trainer scores samples drawn from the policy rounded to
+  # bfloat16 against the sampler's own log-probs: each row's end where its
+  # trained tokens end, the train example carries them as the old log-probs,
+  # and the first update's ratio pi / sampler is no longer exactly 1 (as it
+  # is with a float32 sampler, tests above), but close to it.
+  round_, example, row = one_bfloat16_sampled_step(monkeypatch, tmp_path / "run", tis_cap=0.0)
   sample_logps = round_.sample_logps
   assert sample_logps is not None and sample_logps.shape == round_.completion_ids.shape
-  for row, length in enumerate(round_.lengths):
-    assert np.all(sample_logps[row, :length] < 0), row
-    assert np.all(sample_logps[row, length:] == 0), row
+  for i, length in enumerate(round_.lengths):
+    assert np.all(sample_logps[i, :length] < 0), i
+    assert np.all(sample_logps[i, length:] == 0), i
   np.testing.assert_array_equal(np.asarray(example.old_per_token_logps), sample_logps)
-  (row,) = metrics.read_jsonl(tmp_path / "run" / "tensorboard" / "metrics.jsonl")
+  assert example.sampler_per_token_logps is None
   low, high = row["actor/train/ratio/min"], row["actor/train/ratio/max"]
   assert high - low > 1e-4, (low, high)
   assert 0.9 < low < 1 < high < 1.1, (low, high)
+  assert "actor/train/tis/ratio_mean" not in row
+
+
+@pytest.mark.slow
+def test_with_tis_the_bfloat16_samplers_logps_weight_the_loss_instead(monkeypatch, tmp_path):
+  # grpo.tis_cap > 0: the ratio divides by the trainer's own log-probs (one
+  # update per rollout: the loss's own, so exactly 1) and the sampler's
+  # log-probs travel in their own field to TIS's weight, pi / sampler.
+  round_, example, row = one_bfloat16_sampled_step(monkeypatch, tmp_path / "run", tis_cap=2.0)
+  assert example.old_per_token_logps is None
+  np.testing.assert_array_equal(np.asarray(example.sampler_per_token_logps), round_.sample_logps)
+  assert row["actor/train/ratio/min"] == row["actor/train/ratio/max"] == 1.0
+  low, high = row["actor/train/tis/ratio_min"], row["actor/train/tis/ratio_max"]
+  assert high - low > 1e-4, (low, high)
+  assert 0.9 < low < 1 < high < 1.1, (low, high)
+  assert low <= row["actor/train/tis/ratio_mean"] <= high
+  assert row["actor/train/tis/capped_frac"] == 0.0  # no ratio near C = 2
 
 # --- several updates per batch (grpo.num_iterations) ---------------------------
 

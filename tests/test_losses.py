@@ -3,7 +3,8 @@
 The expected numbers are written in numpy straight from the papers' formulas
 (GRPO arXiv 2402.03300 eq. 3 with the k3 KL of eq. 4; DAPO 2503.14476 eq. 8;
 Dr. GRPO 2503.20783 eq. 5 with its constant normaliser; GSPO 2507.18071 eqs.
-5-7), never by calling the code under test.
+5-7; TIS's w = min(pi_old / pi_sampler, C) of Yao et al. 2025), never by
+calling the code under test.
 """
 
 import dataclasses
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from tunix.rl import function_registry
+from tunix.rl import utils as rl_utils
 
 from gemma_grpo import losses
 
@@ -134,6 +136,104 @@ def test_without_old_logps_the_ratio_is_one_and_the_gradient_is_the_score():
   np.testing.assert_allclose(np.asarray(jax.grad(fn)(lp)), expected, rtol=1e-5, atol=1e-7)
 
 
+# --- truncated importance sampling -------------------------------------------
+
+# pi_old / pi_sampler per token; C = 2 caps 4.0 and 2.5 (tokens (0, 2), (1, 1)).
+TIS_RATIOS = np.array([[0.5, 1.0, 4.0, 1.5], [0.8, 2.5, 1.2, 1.0]])
+SAMPLER_LOGPS = OLD_LOGPS - np.log(TIS_RATIOS)
+TIS_WEIGHTS = np.array([[0.5, 1.0, 2.0, 1.5], [0.8, 2.0, 1.2, 1.0]])
+
+
+def policy_loss_fn(aggregation, *, old=True, sampler=None, cap=0.0):
+  """lp -> (loss, aux) of the clipped loss, eps 0.2 both sides, no KL."""
+  return lambda lp: losses.policy_loss(
+      lp, jnp.asarray(ADVANTAGES, jnp.float32), jnp.asarray(MASK),
+      old_logps_BxT=jnp.asarray(OLD_LOGPS, jnp.float32) if old else None,
+      sampler_logps_BxT=None if sampler is None else jnp.asarray(sampler, jnp.float32),
+      tis_cap=cap, epsilon_low=0.2, epsilon_high=0.2, beta=0.0, sequence_ratio=False,
+      aggregation=aggregation)
+
+
+@pytest.mark.parametrize("old", [True, False])
+def test_tis_weight_is_one_where_sampler_and_trainer_agree(old):
+  # The sampler's log-probs equal pi_old: OLD_LOGPS given, or the loss's own
+  # log pi when it is None (one update per rollout).
+  lp = jnp.asarray(LOGPS, jnp.float32)
+  sampler = OLD_LOGPS if old else LOGPS
+  plain = policy_loss_fn("sequence-mean-token-mean", old=old)
+  tis = policy_loss_fn("sequence-mean-token-mean", old=old, sampler=sampler, cap=2.0)
+  assert float(tis(lp)[0]) == float(plain(lp)[0])
+  grad = lambda fn: np.asarray(jax.grad(lambda x: fn(x)[0])(lp))
+  np.testing.assert_array_equal(grad(tis), grad(plain))
+  aux = tis(lp)[1]
+  assert (float(aux["tis/ratio_min"]), float(aux["tis/ratio_max"])) == (1.0, 1.0)
+  assert float(aux["tis/capped_frac"]) == 0.0
+
+
+def test_tis_caps_a_far_larger_ratio_at_exactly_c():
+  # Token (0, 3) (r = 1, unclipped, A = 1): pi_old / pi_sampler = e^10, C = 2.
+  sampler = OLD_LOGPS.copy()
+  sampler[0, 3] -= 10.0
+  lp = jnp.asarray(LOGPS, jnp.float32)
+  plain = jax.grad(lambda x: policy_loss_fn("token-mean")(x)[0])(lp)
+  tis_fn = policy_loss_fn("token-mean", sampler=sampler, cap=2.0)
+  tis = jax.grad(lambda x: tis_fn(x)[0])(lp)
+  assert float(tis[0, 3]) == 2.0 * float(plain[0, 3]) != 0.0
+  # Every other token has weight 1: its gradient is unchanged.
+  others = np.ones_like(MASK, dtype=bool)
+  others[0, 3] = False
+  np.testing.assert_array_equal(np.asarray(tis)[others], np.asarray(plain)[others])
+  aux = tis_fn(lp)[1]
+  assert float(aux["tis/ratio_max"]) == pytest.approx(np.exp(10.0), rel=1e-4)
+  assert float(aux["tis/capped_frac"]) == pytest.approx(1 / 7)
+
+
+def test_tis_weights_the_clipped_loss_and_its_gradient_token_by_token():
+  # token-mean: loss = 1/7 sum w l, d loss / d log pi = -w A r / 7 where the
+  # unclipped side is active, 0 where the clip holds it (r = 1.5, 1.25 with
+  # A > 0 beyond 1.2; r = 0.6 with A < 0 below 0.8).
+  per_token = clipped_token_loss(RATIOS, ADVANTAGES, 0.2, 0.2)
+  unclipped = np.array([[0, 0, 1, 1], [0, 1, 1, 0]])
+  expected_grad = -TIS_WEIGHTS * ADVANTAGES[:, None] * RATIOS * unclipped / 7
+  fn = policy_loss_fn("token-mean", sampler=SAMPLER_LOGPS, cap=2.0)
+  lp = jnp.asarray(LOGPS, jnp.float32)
+  (loss, aux), grad = jax.value_and_grad(fn, has_aux=True)(lp)
+  assert float(loss) == pytest.approx((TIS_WEIGHTS * per_token * MASK).sum() / 7, rel=1e-5)
+  np.testing.assert_allclose(np.asarray(grad), expected_grad, rtol=1e-5, atol=1e-7)
+  assert float(aux["tis/ratio_mean"]) == pytest.approx((TIS_RATIOS * MASK).sum() / 7, rel=1e-5)
+  assert float(aux["tis/ratio_min"]) == pytest.approx(0.5, rel=1e-5)
+  assert float(aux["tis/ratio_max"]) == pytest.approx(4.0, rel=1e-5)
+  assert float(aux["tis/capped_frac"]) == pytest.approx(2 / 7)
+  assert float(aux["ratio/max"]) == pytest.approx(1.5, rel=1e-5)  # pi / pi_old, untouched
+
+
+def test_tis_with_one_update_per_rollout_weights_the_score_by_the_detached_ratio():
+  # pi_old = stop_gradient(pi): ratio 1, so d loss / d log pi(o_it) =
+  # -A_i w_it / (G |o_i|), with w_it = min(pi / pi_sampler, C) carrying no gradient.
+  sampler = LOGPS - np.log(TIS_RATIOS)
+  fn = policy_loss_fn("sequence-mean-token-mean", old=False, sampler=sampler, cap=2.0)
+  grad = jax.grad(lambda x: fn(x)[0])(jnp.asarray(LOGPS, jnp.float32))
+  expected = -(ADVANTAGES / (2 * LENGTHS))[:, None] * TIS_WEIGHTS * MASK
+  np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-5, atol=1e-7)
+
+
+def test_tis_needs_a_cap():
+  with pytest.raises(ValueError, match="tis_cap=0.0"):
+    policy_loss_fn("token-mean", sampler=SAMPLER_LOGPS, cap=0.0)(jnp.asarray(LOGPS, jnp.float32))
+
+
+def test_train_example_keeps_the_sampler_logps_through_tunix_batch_slicing():
+  example = losses.TrainExample(
+      prompt_ids=jnp.zeros((4, 2), jnp.int32), prompt_mask=jnp.ones((4, 2), bool),
+      completion_ids=jnp.zeros((4, 3), jnp.int32), completion_mask=jnp.ones((4, 3), bool),
+      advantages=jnp.arange(4.0), ref_per_token_logps=None, old_per_token_logps=None,
+      sampler_per_token_logps=jnp.arange(12.0).reshape(4, 3))
+  part = rl_utils.get_batch_slice(example, slice(2, 4))
+  assert isinstance(part, losses.TrainExample)
+  np.testing.assert_array_equal(part.sampler_per_token_logps, [[6, 7, 8], [9, 10, 11]])
+  assert part.sampler_is_weights is None  # Tunix's own weights stay unused
+
+
 def test_unknown_aggregation_is_rejected():
   with pytest.raises(ValueError, match="aggregation"):
     run("seq-mean-token-sum")
@@ -195,6 +295,7 @@ class Example:
   advantages: jax.Array
   old_per_token_logps: jax.Array | None = None
   ref_per_token_logps: jax.Array | None = None
+  sampler_per_token_logps: jax.Array | None = None
 
 
 @dataclasses.dataclass
@@ -206,6 +307,7 @@ class Settings:
   loss_algo: str = "grpo"
   loss_agg_mode: str = "token-mean"
   num_generations: int = 1  # rows here are distinct prompts
+  tis_cap: float = 0.0
 
 
 def test_registered_loss_fn_is_policy_loss_on_the_model_logps():
@@ -225,3 +327,20 @@ def test_registered_loss_fn_is_policy_loss_on_the_model_logps():
   assert float(loss) == pytest.approx(-(np.array([[0.5], [-0.5]]) * mask).sum() / 5, abs=1e-6)
   assert float(aux["entropy"]) == pytest.approx((np.asarray(entropy) * mask).sum() / 5, rel=1e-5)
   assert float(aux["token_prob"]) == pytest.approx((np.exp(np.asarray(logps)) * mask).sum() / 5, rel=1e-5)
+
+
+def test_registered_loss_fn_weights_by_the_examples_sampler_logps():
+  model = Bigram(vocab=7)
+  prompt_ids, completion_ids = jnp.array([[3, 4], [4, 3]]), jnp.array([[5, 2, 6], [2, 2, 0]])
+  logps, _ = losses.per_token_logps_and_entropy(model, prompt_ids, completion_ids, 0, 1, 1.0)
+  example = Example(
+      prompt_ids=prompt_ids, completion_ids=completion_ids,
+      completion_mask=jnp.array([[1, 1, 1], [1, 1, 0]]), advantages=jnp.array([0.5, -0.5]),
+      # The sampler gave every token 1/1.5 of the trainer's probability.
+      sampler_per_token_logps=logps - np.log(1.5))
+  fn = function_registry.get_policy_loss_fn(losses.LOSS_NAME)
+  loss, aux = fn(model, example, Settings(tis_cap=2.0), pad_id=0, eos_id=1)
+  mask = np.asarray(example.completion_mask, dtype=np.float64)
+  # Ratio 1, weight 1.5: 1.5 x the token-mean of -A.
+  assert float(loss) == pytest.approx(-1.5 * (np.array([[0.5], [-0.5]]) * mask).sum() / 5, abs=1e-6)
+  assert float(aux["tis/ratio_mean"]) == pytest.approx(1.5, rel=1e-5)
