@@ -29,9 +29,12 @@ def get_config():
   c.grpo.num_iterations = 1  # mu
   c.grpo.beta = 0.08  # KL weight
   c.grpo.epsilon = 0.2
+  # TIS cap C: verl's token-level default (TRL 1.16's 3.0 is for its sequence-level default mode).
+  c.grpo.tis_cap = 2.0
   c.rollout.temperature = 0.9
   c.rollout.top_p = 1.0
   c.rollout.top_k = 50
+  c.rollout.decode_dtype = "bfloat16"  # the weights are bfloat16: a float32 copy doubles decode's reads; TIS corrects the rest
   c.rollout.max_prompt_length = 256
   c.rollout.max_new_tokens = 512
   c.rollout.kv_cache_size = 1024

@@ -129,6 +129,12 @@ def test_tis_is_valid_with_either_engine(tiny, engine):
   config_lib.validate(tiny, num_devices=1)
 
 
+def test_tis_is_off_by_default_and_on_in_the_accelerator_config():
+  assert config_lib.load("configs/tiny.py").grpo.tis_cap == 0.0
+  c = config_lib.load("configs/gemma3_1b.py")
+  assert (c.grpo.tis_cap, c.rollout.decode_dtype) == (2.0, "bfloat16")
+
+
 def test_validation_reports_every_problem_at_once(tiny):
   tiny.grpo.num_generations = 1
   tiny.train.max_steps = 0
