@@ -53,6 +53,7 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.grpo import grpo_learner
 from tunix.sft import sharding_utils
 
+from gemma_grpo import config as config_lib
 from gemma_grpo import data as data_lib
 from gemma_grpo import losses
 from gemma_grpo import seam
@@ -320,13 +321,14 @@ def _sampling_logps(model, prompt_ids, completion_ids, pad_id, eos_id, temperatu
   # A pure jax.jit over the split model: nnx.jit would return fresh copies of
   # every weight and so end the actor/reference sharing of the frozen ones.
   graphdef, state = nnx.split(model)
-  return _sampling_logps_jit(graphdef, state, prompt_ids, completion_ids, pad_id, eos_id,
+  return logps_program(graphdef, state, prompt_ids, completion_ids, pad_id, eos_id,
                              temperature, group_size)
 
 
+# The reference (and old-policy) log-prob pass: `gemma-grpo plan` lowers it too.
 @functools.partial(jax.jit, static_argnames=("pad_id", "eos_id", "temperature",
                                              "group_size"))
-def _sampling_logps_jit(graphdef, state, prompt_ids, completion_ids, pad_id, eos_id,
+def logps_program(graphdef, state, prompt_ids, completion_ids, pad_id, eos_id,
                         temperature, group_size):
   return losses.per_token_logps_and_entropy(
       nnx.merge(graphdef, state), prompt_ids, completion_ids, pad_id, eos_id, temperature,
@@ -345,6 +347,49 @@ def _train_example(prompt_ids, completion_ids, advantages, ref_logps, old_logps,
       old_per_token_logps=old_logps,
       sampler_per_token_logps=sampler_logps,
   )
+
+
+def train_example_like(rows: int, *, prompt_width: int, completion_width: int, pad: int,
+                       with_ref: bool, sampler_logps: bool, tis: bool,
+                       off_policy: bool) -> losses.TrainExample:
+  """A train example of zeros with a training step's shapes and optional columns."""
+  logps = jnp.zeros((rows, completion_width), jnp.float32)
+  # The same choice as a training step's, so the structure matches too.
+  old_logps, tis_logps = behaviour_logps(
+      logps if sampler_logps else None, tis=tis,
+      trainer_old_logps=(lambda: logps) if off_policy else None)
+  return _train_example(
+      jnp.full((rows, prompt_width), pad, jnp.int32),
+      jnp.full((rows, completion_width), pad, jnp.int32),
+      np.zeros(rows), logps if with_ref else None, old_logps, tis_logps, pad)
+
+
+def wants_sampler_logps(c: ml_collections.ConfigDict) -> bool:
+  """Whether training asks the rollout engine for its own log-probs (Learner)."""
+  return c.rollout.decode_dtype != "float32" or c.grpo.tis_cap > 0
+
+
+def example_columns(c: ml_collections.ConfigDict) -> dict[str, bool]:
+  """train_example_like's column choices, as the Learner that `train` builds makes them."""
+  g = c.grpo
+  return dict(with_ref=bool(g.beta) or g.log_kl, sampler_logps=wants_sampler_logps(c),
+              tis=g.tis_cap > 0, off_policy=config_lib.updates_per_batch(c) > 1)
+
+
+def wire_loss(trainer, algo: AlgoConfig, *, pad_id: int, eos_id: int) -> None:
+  """Gives the actor trainer its loss, as Tunix's GRPOLearner does, from `algo`.
+
+  The Learner calls it after Tunix's own wiring and `plan` on the trainer it
+  builds, so both compile one train step.
+  """
+  policy_loss_fn = function_registry.get_policy_loss_fn(algo.policy_loss_fn)
+
+  def loss_fn(model, train_example, algo_config):
+    del algo_config  # the one bound here; Tunix passes it through the inputs
+    return policy_loss_fn(model, train_example, algo_config=algo, pad_id=pad_id, eos_id=eos_id)
+
+  trainer.with_loss_fn(loss_fn, has_aux=True)
+  trainer.with_gen_model_input_fn(lambda x: {"train_example": x, "algo_config": algo})
 
 
 class Learner(grpo_learner.GRPOLearner):
@@ -388,6 +433,8 @@ class Learner(grpo_learner.GRPOLearner):
     self._call = (-1, 0)  # (step, calls made during it)
     self._with_ref = bool(cfg.beta) or cfg.log_kl
     self.last_rollout = RolloutStats()
+    wire_loss(self.rl_cluster.actor_trainer, cfg, pad_id=self.rl_cluster.rollout.pad_id(),
+              eos_id=self.rl_cluster.rollout.eos_id())
     self.rl_cluster.actor_trainer.with_rl_metrics_to_log(loss_metrics(self._with_ref, self._tis))
 
   # --- one rollout round -----------------------------------------------------
@@ -533,18 +580,11 @@ class Learner(grpo_learner.GRPOLearner):
     (cluster.precompile_update); the shapes follow the rollout config.
     """
     rollout_config = self.rl_cluster.get_rollout_config(Mode.TRAIN)
-    prompt_width = rollout_config.max_prompt_length
-    completion_width = rollout_config.max_tokens_to_generate
-    pad = self.rl_cluster.rollout.pad_id()
-    logps = jnp.zeros((rows, completion_width), jnp.float32)
-    # The same choice as a training step's, so the structure matches too.
-    old_logps, tis_logps = behaviour_logps(
-        logps if self._sampler_logps else None, tis=self._tis,
-        trainer_old_logps=(lambda: logps) if self._off_policy else None)
-    return _train_example(
-        jnp.full((rows, prompt_width), pad, jnp.int32),
-        jnp.full((rows, completion_width), pad, jnp.int32),
-        np.zeros(rows), logps if self._with_ref else None, old_logps, tis_logps, pad)
+    return train_example_like(
+        rows, prompt_width=rollout_config.max_prompt_length,
+        completion_width=rollout_config.max_tokens_to_generate,
+        pad=self.rl_cluster.rollout.pad_id(), with_ref=self._with_ref,
+        sampler_logps=self._sampler_logps, tis=self._tis, off_policy=self._off_policy)
 
   def _log_diagnostics(self, rounds: list[_Round], selection: Selection,
                        advantages, mode, step: int) -> None:

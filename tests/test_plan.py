@@ -93,3 +93,18 @@ def test_topology_names_cover_the_slices_users_rent():
     assert t.chip.hbm_bytes > 0 and t.chip.peak_flops > 0 and t.chip.hbm_bandwidth > 0
   assert chips.topology("v5litepod-8") == chips.topology("v5e-8")
   assert math.isclose(chips.topology("v5e-8").chip.hbm_bytes, 16 * 2**30)
+
+
+def test_without_the_compiler_it_says_what_to_install(monkeypatch):
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+
+  from gemma_grpo import errors  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.plan import chips  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.plan import devices  # pylint: disable=g-import-not-at-top
+
+  def missing(**unused):
+    raise RuntimeError("Unknown backend: 'tpu' requested, but no platforms that are instances of tpu are present")
+
+  monkeypatch.setattr(topologies, "get_topology_desc", missing)
+  with pytest.raises(errors.UserError, match=r"install libtpu with pip install .*\[plan\]"):
+    devices.for_topology(chips.topology("v5e-8"))

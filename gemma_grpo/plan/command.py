@@ -57,8 +57,11 @@ def _topology(args):
 
 
 def main(argv: list[str] | None = None) -> int:
-  # Compiling for a slice needs no device: keep JAX off any accelerator here.
+  # Compiling for a slice needs no device: keep JAX off any accelerator here,
+  # and let several plans (and the tests) load libtpu at once, which its
+  # lockfile refuses by default though none of them opens a TPU.
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   argv = list(sys.argv[1:] if argv is None else argv)
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
 

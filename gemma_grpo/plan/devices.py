@@ -30,10 +30,13 @@ def for_topology(t: chips.Topology) -> list:
     return list(topologies.get_topology_desc(
         platform="cuda", topology=t.topology, target_config=chips.nvidia_target_config(t.chip)).devices)
   except (RuntimeError, ValueError, KeyError, NotImplementedError) as e:
+    cause = str(e).splitlines()[0][:160]
     what = "libtpu" if t.platform == "tpu" else "the CUDA plugin (jax-cuda12-plugin)"
+    missing = any(sign in cause for sign in ("Unknown backend", "No module", "not found",
+                                             "Unable to initialize backend"))
+    fix = f"install {what} with {INSTALL}" if missing else f"the compiler is {what}"
     raise errors.UserError(
-        f"--topology {t.name}: JAX cannot describe this slice without {what}"
-        f" ({str(e).splitlines()[0][:120]}); install it with {INSTALL}") from None
+        f"--topology {t.name}: JAX could not describe this slice ({cause}); {fix}") from None
 
 
 def mesh_for(c: ml_collections.ConfigDict, devices: list):
