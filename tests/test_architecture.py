@@ -143,3 +143,13 @@ def test_function_local_imports_are_only_of_what_is_slow_to_import():
                     if name.split(".")[0] not in DEFERRED
                     and not (name.startswith("gemma_grpo.") and name.split(".")[1] in heavy)]
   assert not light, f"import these at module level: {light}"
+
+
+def test_the_plan_package_sits_on_top_and_imports_only_downward():
+  """gemma_grpo/plan (the `plan` command and its library) is above the trainer:
+  it builds the trainer's programs, and no module of the trainer imports it."""
+  for module, targets in graph().items():
+    assert "plan" not in targets, module
+  plan_dir = PACKAGE / "plan"
+  for path in plan_dir.glob("*.py"):
+    assert not imports_of(path) & (COMMANDS - {"command"}), path.name

@@ -7,9 +7,17 @@ reuse a donated argument's buffer. FLOPs are the compiler's count
 with a constant trip count, its body's matrix products for the iterations
 it left out (hlo_flops). Where the compiler gives no count (NVIDIA), the
 products alone, counted from the program as lowered, divided over the devices.
-Bytes accessed are the compiler's count, and at least the program's
-arguments and outputs. The time bound of a program is
-max(FLOPs / peak FLOP/s, bytes / HBM bandwidth) on one device.
+Two times per program, on one device:
+  lower bound    max(FLOPs / peak FLOP/s, (arguments + outputs) / HBM bandwidth):
+                 every input read and every output written once, at the peaks;
+  cost model     max(FLOPs / peak FLOP/s, bytes accessed / HBM bandwidth), with
+                 the compiler's count of bytes accessed, which sums each
+                 operation's reads and writes: nearer a real run where buffers
+                 are re-read from HBM, and above it where a cache serves them.
+For the decode loop (its body counted once) both are per token; its
+arguments are every weight and the prompts' keys and values, which each
+token reads, and the input embedding table, of which a token reads one row
+(left out of the least bytes).
 """
 
 from __future__ import annotations
@@ -33,8 +41,10 @@ class Program:
   alias_bytes: int
   flops: float  # per device, loops counted in full
   compiler_flops: float | None  # cost_analysis() as given (loop bodies once); None on NVIDIA
+  program_flops: float  # the products as written (before XLA), loops in full, / devices
   bytes_accessed: float
   unknown_trip_loops: int
+  unread_bytes: int  # argument bytes a call need not read (decode: the embedding table)
   calls_per_step: float
   compile_seconds: float
 
@@ -42,16 +52,26 @@ class Program:
   def peak_bytes(self) -> int:
     return self.argument_bytes + self.output_bytes + self.temp_bytes - self.alias_bytes
 
+  @property
+  def least_bytes(self) -> int:
+    """Bytes any run must move: its arguments read and its outputs written once."""
+    return self.argument_bytes - self.unread_bytes + self.output_bytes
+
   def seconds(self, chip: chips.Chip) -> float:
-    """A lower bound on one call's time: the slower of compute and memory traffic."""
+    """A lower bound on one call's time: the slower of compute and the least traffic."""
+    return max(self.flops / chip.peak_flops, self.least_bytes / chip.hbm_bandwidth)
+
+  def cost_model_seconds(self, chip: chips.Chip) -> float:
+    """One call's time with the compiler's count of bytes accessed."""
     return max(self.flops / chip.peak_flops, self.bytes_accessed / chip.hbm_bandwidth)
 
   def bound_by(self, chip: chips.Chip) -> str:
-    return "compute" if self.flops / chip.peak_flops >= self.bytes_accessed / chip.hbm_bandwidth else "memory"
+    return "compute" if self.flops / chip.peak_flops >= self.least_bytes / chip.hbm_bandwidth else "memory"
 
 
 def analyse(name: str, lowered: jax.stages.Lowered, compiled: jax.stages.Compiled,
-            *, devices: int, calls_per_step: float, compile_seconds: float) -> Program:
+            *, devices: int, calls_per_step: float, compile_seconds: float,
+            unread_bytes: int = 0) -> Program:
   memory = compiled.memory_analysis()
   cost = compiled.cost_analysis()
   if isinstance(cost, (list, tuple)):  # older jax returned one dict per program
@@ -67,7 +87,8 @@ def analyse(name: str, lowered: jax.stages.Lowered, compiled: jax.stages.Compile
   return Program(
       name=name, argument_bytes=arguments, output_bytes=outputs,
       temp_bytes=int(memory.temp_size_in_bytes), alias_bytes=int(memory.alias_size_in_bytes),
-      flops=flops, compiler_flops=compiler_flops,
+      flops=flops, compiler_flops=compiler_flops, program_flops=counted.flops / devices,
       bytes_accessed=max(traffic, float(arguments + outputs)),
-      unknown_trip_loops=counted.unknown_trip_loops, calls_per_step=calls_per_step,
+      unknown_trip_loops=counted.unknown_trip_loops, unread_bytes=unread_bytes,
+      calls_per_step=calls_per_step,
       compile_seconds=compile_seconds)

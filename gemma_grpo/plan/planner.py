@@ -73,14 +73,23 @@ class Plan:
     return sum(self.program_seconds(n) for n in self.programs)
 
   @property
+  def step_cost_model_seconds(self) -> float:
+    return sum(p.cost_model_seconds(self.chip) * p.calls_per_step for p in self.programs.values())
+
+  @property
   def step_flops(self) -> float:
     """FLOPs of one step on one device (decode counted per token, times the tokens)."""
     return sum(p.flops * p.calls_per_step for p in self.programs.values())
 
   @property
+  def step_model_flops(self) -> float:
+    """The step's products as the programs are written (before XLA), on one device."""
+    return sum(p.program_flops * p.calls_per_step for p in self.programs.values())
+
+  @property
   def mfu_bound(self) -> float:
-    """The highest model FLOPs utilisation the bound allows: FLOPs / (bound x peak)."""
-    return self.step_flops / (self.step_seconds * self.chip.peak_flops)
+    """The highest model FLOPs utilisation the bound allows: model FLOPs / (bound x peak)."""
+    return self.step_model_flops / (self.step_seconds * self.chip.peak_flops)
 
   def to_json(self) -> dict:
     return {
@@ -101,13 +110,18 @@ class Plan:
             "argument_bytes": p.argument_bytes, "output_bytes": p.output_bytes,
             "temp_bytes": p.temp_bytes, "alias_bytes": p.alias_bytes,
             "flops_per_device": p.flops, "compiler_flops_per_device": p.compiler_flops,
+            "program_flops_per_device": p.program_flops,
             "bytes_accessed_per_device": p.bytes_accessed,
             "seconds_lower_bound": p.seconds(self.chip), "bound_by": p.bound_by(self.chip),
+            "seconds_cost_model": p.cost_model_seconds(self.chip),
             "calls_per_step": p.calls_per_step, "unknown_trip_loops": p.unknown_trip_loops,
+            "least_bytes_per_device": p.least_bytes, "unread_argument_bytes": p.unread_bytes,
             "compile_seconds": p.compile_seconds,
         } for name, p in self.programs.items()},
         "step_seconds_lower_bound": self.step_seconds,
+        "step_seconds_cost_model": self.step_cost_model_seconds,
         "step_flops_per_device": self.step_flops,
+        "step_model_flops_per_device": self.step_model_flops,
         "mfu_bound": self.mfu_bound,
     }
 
@@ -142,6 +156,9 @@ def plan(c: ml_collections.ConfigDict, topology: chips.Topology, devices: list, 
   calls = {"update": work.update_calls, "reference": 1 if _with_reference(c) else 0,
            "prefill": 1, "decode": work.decode_tokens}
   results, compiled = {}, {}
+  # Decode looks up one row of the input embedding per token (the LM head,
+  # passed separately, is read whole).
+  unread = {"decode": _device_bytes(builder.actor.embedder.input_embedding.value)}
   for name in programs_lib.NAMES:
     if not calls[name] and name == "reference":
       continue
@@ -150,7 +167,8 @@ def plan(c: ml_collections.ConfigDict, topology: chips.Topology, devices: list, 
     compiled[name] = _compile(name, lowered, topology.chip)
     seconds = time.perf_counter() - t0
     results[name] = analysis.analyse(name, lowered, compiled[name], devices=len(devices),
-                                     calls_per_step=calls[name], compile_seconds=seconds)
+                                     calls_per_step=calls[name], compile_seconds=seconds,
+                                     unread_bytes=unread.get(name, 0))
     log(f"  {name}: compiled in {seconds:.0f} s")
   lora_bytes = _device_bytes(nnx.state(builder.actor, nnx.LoRAParam))
   model_bytes = _device_bytes(nnx.state(builder.actor))

@@ -36,7 +36,8 @@ def render(p: planner.Plan, c: ml_collections.ConfigDict) -> str:
       f"resident training state (weights, adapters, optimizer): {_gib(p.resident_bytes)} GiB per device",
       f"step time lower bound: {p.step_seconds:.2f} s ("
       + ", ".join(f"{n} {p.program_seconds(n):.2f} s" for n in p.programs) + ")",
-      f"MFU bound: {p.mfu_bound:.1%} (the step's FLOPs at the chip's peak, over that bound)",
+      f"step time with the compiler's bytes accessed: {p.step_cost_model_seconds:.2f} s",
+      f"MFU bound: {p.mfu_bound:.1%} (the step's model FLOPs at the chip's peak, over the lower bound)",
   ]
   why = planner.overflow(p)
   if why is None:
