@@ -169,6 +169,11 @@ def tunix_config(hf: dict, param_dtype: str):
     )
   rope = hf.get("rope_parameters") or {}
   full, local = rope.get("full_attention", {}), rope.get("sliding_attention", {})
+  # Checkpoints saved before transformers 5 (the hub's Gemma-3 4B, 12B and 27B
+  # among them) give the global layers' linear RoPE scaling as rope_scaling.
+  legacy = hf.get("rope_scaling") or {}
+  if "factor" not in full and legacy.get("rope_type", "linear") == "linear" and "factor" in legacy:
+    full = dict(full, factor=legacy["factor"])
   layers = hf["num_hidden_layers"]
   expected = [
       "full_attention" if (i + 1) % 6 == 0 else "sliding_attention"

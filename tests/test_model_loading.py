@@ -46,6 +46,29 @@ def test_tunix_config_matches_tunix_presets(hf, factory):
   assert ours.param_dtype == jnp.float32
 
 
+# google/gemma-3-4b-it's text_config as the hub serves it (saved by transformers 4.50).
+HF_4B = dict(
+    vocab_size=262208, hidden_size=2560, intermediate_size=10240, num_hidden_layers=34,
+    num_attention_heads=8, num_key_value_heads=4, head_dim=256, sliding_window=1024,
+    query_pre_attn_scalar=256, rope_theta=1_000_000.0, rope_local_base_freq=10_000.0,
+    rope_scaling={"factor": 8.0, "rope_type": "linear"},
+)
+
+
+def test_tunix_config_reads_the_global_rope_scaling_of_older_checkpoints():
+  from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
+
+  ours = model_loading.tunix_config(HF_4B, "float32")
+  theirs = gemma3.ModelConfig.gemma3_4b_it()
+  for field in ("num_layers", "embed_dim", "hidden_dim", "num_heads", "head_dim", "num_kv_heads",
+                "sliding_window_size", "local_base_frequency", "global_base_frequency",
+                "global_scale_factor", "query_pre_attn_norm"):
+    assert getattr(ours, field) == getattr(theirs, field), field
+  assert ours.global_scale_factor == 8.0
+  # Checkpoints of the 1B and 270M give no scaling: 1, as Tunix's presets.
+  assert model_loading.tunix_config(HF_1B, "float32").global_scale_factor == 1.0
+
+
 def test_tunix_config_reads_the_multimodal_text_config(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps({"text_config": HF_1B, "vision_config": {}}))
   assert model_loading.text_config(tmp_path)["hidden_size"] == 1152
