@@ -152,23 +152,23 @@ class Builder:
 
   # --- rollout ----------------------------------------------------------------
 
-  def _prefill_call(self):
-    c = self.c
-    sampling, with_logps, width = self.engine.settings(self.rollout_config, learner_lib.wants_sampler_logps(c))
-    prompts = _unplaced((c.train.batch_size, c.rollout.max_prompt_length), jnp.int32)
-    key = _unplaced((2,), jnp.uint32)
-    return self.engine.prefill_call(prompts, key, rows_per_prompt=c.grpo.num_generations,
-                                    sampling=sampling, screen_width=width), (sampling, with_logps, width)
+  def _settings(self):
+    """(sampling, with_logps, screen width) of a training rollout (GroupedRollout.settings)."""
+    return self.engine.settings(self.rollout_config, learner_lib.wants_sampler_logps(self.c))
 
   def prefill(self) -> jax.stages.Lowered:
-    (fn, args, kwargs), _ = self._prefill_call()
+    c = self.c
+    sampling, _, width = self._settings()
+    fn, args, kwargs = self.engine.prefill_call(
+        _unplaced((c.train.batch_size, c.rollout.max_prompt_length), jnp.int32),
+        _unplaced((2,), jnp.uint32), rows_per_prompt=c.grpo.num_generations,
+        sampling=sampling, screen_width=width)
     with self.mesh:
       return fn.lower(*args, **kwargs)
 
   def decode(self, prefill: jax.stages.Compiled) -> jax.stages.Lowered:
     """The decode loop, fed what the compiled `prefill` returns."""
-    (fn, args, kwargs), (sampling, with_logps, width) = self._prefill_call()
-    del fn, args, kwargs
+    sampling, with_logps, width = self._settings()
     outputs = jax.tree.map(
         lambda info, sharding: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sharding),
         prefill.out_info, prefill.output_shardings)
