@@ -96,6 +96,7 @@ def on_mesh(tree, mesh):
   def place(x):
     if isinstance(x, jax.ShapeDtypeStruct):
       spec = x.sharding.spec if x.sharding is not None else jax.sharding.PartitionSpec()
+      _check_divisible(x.shape, spec, mesh)
       return jax.ShapeDtypeStruct(x.shape, x.dtype,
                                   sharding=jax.sharding.NamedSharding(mesh, spec))
     return x
@@ -104,6 +105,20 @@ def on_mesh(tree, mesh):
     graphdef, state = nnx.split(tree)
     return nnx.merge(graphdef, jax.tree.map(place, state))
   return jax.tree.map(place, tree)
+
+
+def _check_divisible(shape, spec, mesh) -> None:
+  """What placing real weights checks (mesh.shard_model), which shapes alone do not."""
+  for size, axes in zip(shape, spec):
+    names = axes if isinstance(axes, tuple) else (axes,)
+    devices = 1
+    for name in names:
+      devices *= mesh.shape[name] if name is not None else 1
+    if size % devices:
+      raise errors.UserError(
+          f"mesh: a parameter of shape {tuple(shape)} cannot be split over mesh"
+          f" {dict(mesh.shape)} ({size} is not a multiple of {devices}: spec {spec});"
+          " choose mesh.fsdp/mesh.tp that divide the model's dimensions")
 
 
 def with_host_adapters(module):
