@@ -78,9 +78,11 @@ def test_a_config_that_cannot_fit_exits_2_naming_the_program(tmp_path):
     (["--topology", "cpu"], "--topology cpu: give --cpu-flops and --cpu-bandwidth"),
     (["--topology", "v5e-8", "--config.mesh.fsdp=3"], "mesh.fsdp=3"),
     (["--topology", "v5e-1", "--config.rollout.engine=tunix"], "rollout.engine"),
+    # configs/tiny.py has 4 query heads: tp=8 cannot split them, as training would find.
+    (["--topology", "v5e-8", "--config.mesh.tp=8"], "cannot be split over mesh"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
-  result, _ = plan(tmp_path, *args, timeout=120)
+  result, _ = plan(tmp_path, *args, timeout=300)
   assert result.returncode == 2
   assert message in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
 
