@@ -208,9 +208,9 @@ _PLAN_TOPOLOGIES = ("v5e-8", "v6e-8", "v5p-8", "h100-8")
 
 def plan(results: pathlib.Path) -> str:
   """Each model's config planned for each slice: fits, memory per device, the step's bound."""
-  lines = ["| model | slice | fits | peak HBM per device | step time lower bound | slowest phase"
-           " | MFU bound | mesh (fsdp x tp) |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+  lines = ["| model | slice | mesh (fsdp x tp) | fits | peak HBM per device | step, lower bound"
+           " | step, compiler's cost model | slowest phase (of the bound) | MFU bound |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
   for model, name in _PLAN_MODELS.items():
     for topology in _PLAN_TOPOLOGIES:
       path = results / f"{model}_{topology}.json"
@@ -220,18 +220,22 @@ def plan(results: pathlib.Path) -> str:
       capacity = p["hbm_bytes_per_device"] / 2**30
       if not p["programs"]:
         over = p["overflow"]
-        lines.append(f"| {name} | {topology} | no: {over['program']} | over {capacity:.0f} GiB"
+        lines.append(f"| {name} | {topology} | - | no: {over['program']} | over {capacity:.0f} GiB"
                      " | - | - | - | - |")
         continue
       slowest = max(p["programs"], key=lambda n, p=p: p["programs"][n]["seconds_lower_bound"]
                     * p["programs"][n]["calls_per_step"])
       share = (p["programs"][slowest]["seconds_lower_bound"] * p["programs"][slowest]["calls_per_step"]
                / p["step_seconds_lower_bound"])
+      # The NVIDIA compiler gives no count of bytes accessed (nor of FLOPs).
+      counted = all(v["compiler_flops_per_device"] is not None for v in p["programs"].values())
+      cost_model = f"{p['step_seconds_cost_model']:.2f} s" if counted else "none given"
       lines.append(
-          f"| {name} | {topology} | {'yes' if p['fits'] else 'no'}"
+          f"| {name} | {topology} | {p['mesh']['fsdp']} x {p['mesh']['tp']}"
+          f" | {'yes' if p['fits'] else 'no'}"
           f" | {p['peak_bytes_per_device'] / 2**30:.2f} of {capacity:.0f} GiB"
-          f" | {p['step_seconds_lower_bound']:.2f} s | {slowest} ({share:.0%})"
-          f" | {p['mfu_bound']:.1%} | {p['mesh']['fsdp']} x {p['mesh']['tp']} |")
+          f" | {p['step_seconds_lower_bound']:.2f} s | {cost_model}"
+          f" | {slowest} ({share:.0%}) | {p['mfu_bound']:.1%} |")
   return "\n".join(lines)
 
 

@@ -2,9 +2,15 @@
 
   export HF_TOKEN=...   # gemma-3-1b-it is gated: accept its licence first
   python -m gemma_grpo.train --config configs/gemma3_1b.py --workdir runs/g1b
-Needs the hub (weights and openai/gsm8k). Sized for an accelerator: 100 steps
-of 4 prompts x 2 completions x up to 512 tokens (no accelerator step time
-measured yet: bench/gpu.py prints one); on a TPU VM see launch/README.md.
+Needs the hub (weights and openai/gsm8k). 100 steps of 4 prompts x 2
+completions x up to 512 tokens; on a TPU VM see launch/README.md. Planned
+for a v5e-8 with `gemma-grpo plan` (docs/results/plan/1b_v5e-8.txt): it fits
+at 1.74 of 16 GiB per chip, and a step takes at least 0.21 s, 0.17 s of it
+decoding; the compiler's cost model gives 0.91 s. There, add
+--config.mesh.tp=4 (fsdp 2 x tp 4): 0.59 s by the same model, 2.44 GiB per
+chip (docs/results/plan/mesh/). The default mesh (fsdp over every device)
+keeps the config valid on any device count. No accelerator step time is
+measured yet (bench/gpu.py prints one).
 """
 
 from configs import base
