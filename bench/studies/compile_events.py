@@ -1,6 +1,6 @@
 """Where a warm first step spends its compile time: JAX compile events, summed per (event, program).
 
-  python bench/compile_events.py --config configs/gemma3_270m.py --workdir /tmp/fs6 \
+  python bench/studies/compile_events.py --config configs/gemma3_270m.py --workdir /tmp/fs6 \
       --config.train.max_steps=2 --config.eval.every_steps=0 --config.ckpt.every_steps=2
 
 A diagnostic run as it was made on 2026-12-02 (output: docs/results/first_step.txt):

@@ -1,7 +1,7 @@
 """How long does XLA:CPU take to load one program from JAX's persistent cache?
 
-  python bench/cache_load.py [--program jit__train_step] [--cache-dir DIR]
-  perf record -g -o /tmp/cache_load.data -- python bench/cache_load.py   # where it goes
+  python bench/studies/cache_load.py [--program jit__train_step] [--cache-dir DIR]
+  perf record -g -o /tmp/cache_load.data -- python bench/studies/cache_load.py   # where it goes
   perf report -i /tmp/cache_load.data --no-children --sort symbol --stdio
 About 30 s; needs a cache a run has filled (default ~/.cache/gemma_grpo/xla).
 

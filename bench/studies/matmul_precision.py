@@ -1,6 +1,6 @@
 """bfloat16 products in the trainer (model.matmul_dtype): what they change.
 
-  python bench/matmul_precision.py [--part greedy|sampled|both] [--json OUT]
+  python bench/studies/matmul_precision.py [--part greedy|sampled|both] [--json OUT]
 
 On the offline Gemma-3-270M LoRA policy (bench/rollout.py's build_policy,
 float32 weights, the policy the first step samples from), two copies of the
@@ -37,8 +37,8 @@ import json
 import pathlib
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 

@@ -1,6 +1,6 @@
 """Decoding in bfloat16 (rollout.decode_dtype): how much faster, and how faithful.
 
-  python bench/decode_precision.py [--part speed|faithful|both] [--json OUT]
+  python bench/studies/decode_precision.py [--part speed|faithful|both] [--json OUT]
 
 On the offline Gemma-3-270M LoRA policy (bench/rollout.py's build_policy,
 float32, the policy the trainer samples from), with the rollout engine in
@@ -38,8 +38,8 @@ import pathlib
 import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 

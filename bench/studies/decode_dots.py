@@ -1,6 +1,6 @@
 """Layouts of the decode step's projection dots on this CPU, timed in one process.
 
-  python bench/decode_dots.py [--repeats 41]
+  python bench/studies/decode_dots.py [--repeats 41]
 
 A decode step multiplies a few rows (8: the fixed workload's 4 prompts x 2)
 by each layer's projections. This times the projections of Gemma-3-270M's

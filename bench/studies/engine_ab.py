@@ -1,6 +1,6 @@
 """The grouped rollout engine of this checkout against the engine of a git revision, in one process.
 
-  flock /tmp/gemma_grpo_heavy.lock python bench/engine_ab.py --base REV [--repeats 8] [--json OUT]
+  flock /tmp/gemma_grpo_heavy.lock python bench/studies/engine_ab.py --base REV [--repeats 8] [--json OUT]
       [--decode-dtype bfloat16 --logprobs] [--prompts 2 --generations 8 --prompt-width 384]
 
 Loads `gemma_grpo/rollout.py` as it was at REV (`git show`) beside this
@@ -40,12 +40,12 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 ENGINES = ("base", "this")
 
 

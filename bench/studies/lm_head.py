@@ -1,6 +1,6 @@
 """The decode loop's LM head on XLA:CPU: which output layout reads the head at streaming rate?
 
-  flock /tmp/gemma_grpo_heavy.lock python bench/lm_head.py
+  flock /tmp/gemma_grpo_heavy.lock python bench/studies/lm_head.py
 About 1 min on a quiet 2-core CPU.
 
 At each decoded token the rollout engine multiplies B rows [B, D] by the tied
@@ -65,7 +65,7 @@ def main() -> int:
   parser.add_argument("--vocab", type=int, default=262144)
   parser.add_argument("--width", type=int, default=640)
   args = parser.parse_args()
-  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
   from gemma_grpo import rollout  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(0)

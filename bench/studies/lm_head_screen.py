@@ -1,6 +1,6 @@
 """The LM head's bfloat16 screen (rollout.screen_lm_head): decode speed, and the same tokens.
 
-  flock /tmp/gemma_grpo_heavy.lock python bench/lm_head_screen.py [--repeats 5] [--json OUT]
+  flock /tmp/gemma_grpo_heavy.lock python bench/studies/lm_head_screen.py [--repeats 5] [--json OUT]
 
 On the offline Gemma-3-270M LoRA policy (bench/rollout.py's build_policy,
 float32), the grouped engine with the screen off and on, in one process:
@@ -24,8 +24,8 @@ import pathlib
 import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 
 import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
