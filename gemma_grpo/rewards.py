@@ -19,6 +19,8 @@ total: whatever the input, it returns one finite float per completion.
   number_match         1.5 when the first number in <answer> equals the gold.
   math_verify_correct  3.0 when math-verify proves the answer equal to a
                        LaTeX gold (MATH-style data), else 0.
+  tool_errors          -0.25 per tool call whose result is an error; in no
+                       preset: weight it with rewards.weights.tool_errors.
 
 Presets weight the raw values (`build_reward_fns` applies them):
 
@@ -53,6 +55,7 @@ import numbers
 from typing import Any
 
 from gemma_grpo import answers
+from gemma_grpo import tools
 
 RewardFn = Callable[..., list[float]]
 Texts = Sequence[str]  # Tunix's batch columns; junk input is scored too.
@@ -226,6 +229,12 @@ def _math_verify_correct(completion: Any, gold: Any) -> float:
   return 3.0 if answers.math_equal(completion, _gold_text(gold)) else 0.0
 
 
+def _tool_errors(completion: Any, gold: Any) -> float:
+  del gold  # Tool use only.
+  _, failed = tools.count_calls(completion)
+  return -0.25 * failed
+
+
 def format_exact(prompts: Texts, completions: Texts, answer: Texts,
                  **kwargs: Any) -> list[float]:
   """3.0 for exactly this, else 0.0:
@@ -287,9 +296,21 @@ def math_verify_correct(prompts: Texts, completions: Texts, answer: Texts,
   return _score_batch(_math_verify_correct, completions, answer)
 
 
+def tool_errors(prompts: Texts, completions: Texts, answer: Texts,
+                **kwargs: Any) -> list[float]:
+  """-0.25 per failed tool call: a result the tools answered with "error:".
+
+  "<reasoning><tool_call>calculator: 1/0</tool_call><tool_result>error:
+  division by zero</tool_result></reasoning><answer>?</answer>" scores -0.25;
+  a completion without calls, or whose calls all succeeded, scores 0.0.
+  """
+  del prompts, kwargs  # Scored from the completion alone.
+  return _score_batch(_tool_errors, completions, answer)
+
+
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
     fn.__name__: fn for fn in (format_exact, format_approx, answer_correct,
-                               number_match, math_verify_correct)
+                               number_match, math_verify_correct, tool_errors)
 }
 
 DEFAULT_PRESET = "guarded"

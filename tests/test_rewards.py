@@ -225,7 +225,7 @@ def total(fns, completion, gold) -> float:
 def test_registry_names_become_tensorboard_keys():
   assert list(rewards.REWARD_FUNCTIONS) == [
       "format_exact", "format_approx", "answer_correct", "number_match",
-      "math_verify_correct"]
+      "math_verify_correct", "tool_errors"]
   for name, fn in rewards.REWARD_FUNCTIONS.items():
     assert fn.__name__ == name
     assert "<answer>" in fn.__doc__
@@ -430,3 +430,33 @@ def test_bad_custom_rewards_name_the_field(spec, needle):
   with pytest.raises(ValueError, match="rewards.custom") as e:
     rewards.load_custom(spec)
   assert needle in str(e.value)
+
+
+# --- tool_errors: -0.25 per result that is an error --------------------------
+
+def call(expression: str, result: str) -> str:
+  return (f"<tool_call>calculator: {expression}</tool_call>"
+          f"<tool_result>{result}</tool_result>")
+
+
+@pytest.mark.parametrize("completion, expected", [
+    (ans("72"), 0.0),                                          # no calls
+    (call("6 * 12", "72") + ans("72"), 0.0),
+    (call("1/0", "error: division by zero") + ans("?"), -0.25),
+    (call("1/0", "error: division by zero") + call("6 * 12", "72")
+     + call("x", "error: unexpected 'x'") + ans("72"), -0.5),
+    ("<tool_call>oops</tool_call><tool_result>error: malformed call", -0.25),  # cut off
+    ("<tool_result> error: leading space</tool_result>", 0.0),  # not an error result
+    ("<tool_call>calculator: 1/0</tool_call>", 0.0),            # no result: not run
+    ("", 0.0),
+    (None, 0.0),
+])
+def test_tool_errors(completion, expected):
+  assert score(rewards.tool_errors, completion, "72") == expected
+
+
+def test_tool_errors_is_in_no_preset_until_weighted():
+  assert all("tool_errors" not in weights for weights in rewards.PRESETS.values())
+  fns = rewards.build_reward_fns("guarded", {"tool_errors": 2.0})
+  assert [fn.__name__ for fn in fns][-1] == "tool_errors"
+  assert score(fns[-1], call("1/0", "error: division by zero"), "72") == -0.5
