@@ -79,7 +79,7 @@ def get_config() -> ml_collections.ConfigDict:
       name: config_dict.placeholder(float)
       for name in (
           "format_exact", "format_approx", "answer_correct", "number_match",
-          "math_verify_correct",
+          "math_verify_correct", "tool_errors",
       )
   })
 
@@ -143,6 +143,15 @@ def get_config() -> ml_collections.ConfigDict:
   # logits (gemma_grpo/rollout.py); on where it measured faster (CPUs with
   # AMX, GPUs, TPUs; not an AVX512_BF16 CPU without AMX). "on" / "off" force it.
   c.rollout.screen_lm_head = "auto"
+  # Tools the policy may call inside a completion, multi-turn
+  # (gemma_grpo/multi_turn.py): built-in names ("calculator") or your own
+  # "module:function", f(arguments: str) -> str, comma-separated; "" = none.
+  # A call is "<tool_call>name: arguments</tool_call>"; its result is fed back
+  # as "<tool_result>...</tool_result>", read by the model, never trained on.
+  # Tools run in the trainer's process with its rights (gemma_grpo/tools.py).
+  c.rollout.tools = ""
+  c.rollout.max_tool_calls = 4  # per completion; results share max_new_tokens
+  c.rollout.tool_time_limit = 1.0  # seconds a call may take; then an error result
 
   c.optim = ml_collections.ConfigDict()
   c.optim.peak_lr = 3e-6

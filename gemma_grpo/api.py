@@ -20,21 +20,24 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import ml_collections
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import data as data_lib
+from gemma_grpo import errors
 from gemma_grpo import export as export_lib
 from gemma_grpo import eval_generation
 from gemma_grpo import mesh as mesh_lib
 from gemma_grpo import metrics as metrics_lib
+from gemma_grpo import multi_turn
 from gemma_grpo import policy as policy_lib
 from gemma_grpo import rewards
 from gemma_grpo import scoring
 from gemma_grpo import storage
 from gemma_grpo import tokenizer as tokenizer_lib
+from gemma_grpo import tools as tools_lib
 from gemma_grpo import train as train_lib
 from gemma_grpo import workdir_lock
 
@@ -76,6 +79,35 @@ class Run:
     return policy_lib.restore(self.workdir, mesh_lib.make_mesh(self.config.mesh), step)
 
 
+def use_tools(c: ml_collections.ConfigDict, *tool_fns: Callable[[str], str]) -> ml_collections.ConfigDict:
+  """Lets the policy call these tools, f(arguments: str) -> str, in `c`; returns `c`.
+
+  Each is stored in rollout.tools by its import path ("module:function"; the
+  built-in calculator by its name), so the saved run names them and a resume
+  or `gemma-grpo eval` loads them again: a tool must be a module-level
+  function (in a notebook, `__main__:f` serves this process only).
+  """
+  names = []
+  for fn in tool_fns:
+    builtin = [name for name, tool in tools_lib.BUILTIN_TOOLS.items() if tool is fn]
+    if builtin:
+      names.append(builtin[0])
+      continue
+    qualname = getattr(fn, "__qualname__", "")
+    if not qualname.isidentifier():
+      raise errors.UserError(
+          f"rollout.tools: {fn!r} is not a module-level function; define it with def at"
+          " the top of a module so it can be loaded again by name")
+    names.append(f"{fn.__module__}:{qualname}")
+  c.rollout.tools = ",".join(names)
+  try:
+    tools_lib.load_tools(c.rollout.tools)
+  except ValueError as e:
+    raise errors.UserError(str(e)) from None
+  config_lib.validate(c)
+  return c
+
+
 def train(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Run:
   """Trains `c` into `workdir` up to train.max_steps (or resumes there)."""
   workdir = os.fspath(workdir)
@@ -109,7 +141,8 @@ def evaluate(policy: policy_lib.Policy, problems: Sequence[data_lib.Problem], *,
       max_prompt_length=c.rollout.max_prompt_length, max_new_tokens=max_new_tokens,
       stop_token_ids=tokenizer_lib.stop_token_ids(tokenizer), stop_text=c.rollout.stop_text,
       engine=c.rollout.engine, lora_scale=c.lora.alpha / c.lora.rank,
-      decode_dtype=c.rollout.decode_dtype, screen_lm_head=c.rollout.screen_lm_head)
+      decode_dtype=c.rollout.decode_dtype, screen_lm_head=c.rollout.screen_lm_head,
+      tool_runner=multi_turn.tool_runner(c.rollout), max_tool_calls=c.rollout.max_tool_calls)
   decoding = eval_generation.Decoding(max_new_tokens=max_new_tokens)
 
   def generate(prompts):
@@ -117,7 +150,8 @@ def evaluate(policy: policy_lib.Policy, problems: Sequence[data_lib.Problem], *,
     return out.texts, out.truncated, out.num_tokens
 
   metrics, samples = scoring.run(generate, list(problems), c.eval.batch_size,
-                                      reward_fns=rewards.from_config(c.rewards))
+                                      reward_fns=rewards.from_config(c.rewards),
+                                      tools=bool(c.rollout.tools))
   return {"metrics": metrics, "samples": samples}
 
 

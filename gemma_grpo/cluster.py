@@ -34,6 +34,7 @@ from tunix.sft import metrics_logger
 
 from gemma_grpo import host_memory
 from gemma_grpo import lora
+from gemma_grpo import multi_turn
 from gemma_grpo import optim
 from gemma_grpo import rollout
 from gemma_grpo import seam
@@ -150,7 +151,9 @@ def rollout_engine(c: ml_collections.ConfigDict):
     return "vanilla"
   return functools.partial(rollout.GroupedRollout, lora_scale=c.lora.alpha / c.lora.rank,
                            decode_dtype=c.rollout.decode_dtype,
-                           screen_lm_head=c.rollout.screen_lm_head)
+                           screen_lm_head=c.rollout.screen_lm_head,
+                           tool_runner=multi_turn.tool_runner(c.rollout),
+                           max_tool_calls=c.rollout.max_tool_calls)
 
 
 def training_config(c: ml_collections.ConfigDict, workdir, writer):

@@ -324,6 +324,10 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
   _check(p, r.max_prompt_length >= 8, f"rollout.max_prompt_length={r.max_prompt_length}: too small for the instruction; use >= 128")
   _check(p, r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens}: must be >= 1")
   _check(p, c.eval.max_new_tokens >= 1, f"eval.max_new_tokens={c.eval.max_new_tokens}: must be >= 1")
+  if r.tools:
+    _check(p, r.engine == "grouped", f"rollout.tools={r.tools!r} needs rollout.engine='grouped' (Tunix's sampler cannot pause for a tool)")
+    _check(p, r.max_tool_calls >= 1, f"rollout.max_tool_calls={r.max_tool_calls}: must be >= 1 with rollout.tools set")
+    _check(p, r.tool_time_limit > 0, f"rollout.tool_time_limit={r.tool_time_limit}: must be > 0 seconds")
   need = r.max_prompt_length + max(r.max_new_tokens, c.eval.max_new_tokens)
   _check(p, r.kv_cache_size >= need, f"rollout.kv_cache_size={r.kv_cache_size}: must hold max_prompt_length + max_new_tokens = {need}; set --config.rollout.kv_cache_size={need}")
 

@@ -52,9 +52,9 @@ class Completions:
   """One entry per prompt, in prompt order."""
 
   texts: list[str]  # decoded, without the stop token
-  num_tokens: list[int]  # generated tokens, without the stop token
+  num_tokens: list[int]  # tokens the model wrote: no stop token, no tool result
   truncated: list[bool]  # hit max_new_tokens without emitting a stop token
-  token_ids: list[list[int]]  # the generated tokens, without the stop token
+  token_ids: list[list[int]]  # the completion's tokens (tool results too), no stop token
 
 
 class Generator:
@@ -67,10 +67,11 @@ class Generator:
   def __init__(self, model, tokenizer, mesh, *, max_prompt_length: int,
                max_new_tokens: int, stop_token_ids: Sequence[int], stop_text: str = "",
                engine: str = "tunix", lora_scale: float = 1.0, decode_dtype: str = "float32",
-               screen_lm_head: str = "auto"):
+               screen_lm_head: str = "auto", tool_runner=None, max_tool_calls: int = 0):
     """`engine` "grouped" decodes with the training rollout engine
     (gemma_grpo.rollout, `lora_scale` = alpha / r, its `decode_dtype` and
-    `screen_lm_head`), as the in-training eval does; "tunix" with Tunix's Sampler."""
+    `screen_lm_head`, and its tools: `tool_runner`, `max_tool_calls`), as the
+    in-training eval does; "tunix" with Tunix's Sampler."""
     self._mesh = mesh
     self._max_prompt_length = max_prompt_length
     self._max_new_tokens = max_new_tokens
@@ -83,10 +84,14 @@ class Generator:
 
       self._rollout = rollout.GroupedRollout(model, tokenizer, mesh, lora_scale=lora_scale,
                                              decode_dtype=decode_dtype,
-                                             screen_lm_head=screen_lm_head)
+                                             screen_lm_head=screen_lm_head,
+                                             tool_runner=tool_runner,
+                                             max_tool_calls=max_tool_calls)
       return
     if engine != "tunix":
       raise ValueError(f"engine={engine!r}: must be 'grouped' or 'tunix'")
+    if tool_runner is not None and max_tool_calls:
+      raise ValueError("tools need engine='grouped' (Tunix's sampler cannot pause for a tool)")
     from tunix.generate import sampler as sampler_lib  # pylint: disable=g-import-not-at-top
 
     config = model.config
@@ -122,14 +127,14 @@ class Generator:
     for batch_number, start in enumerate(starts):
       chunk = prompts[start:start + batch_size]
       filled = chunk + [chunk[-1]] * (batch_size - len(chunk))
-      texts, tokens = self._generate_batch(filled, decoding, batch_number)
-      for text, ids in list(zip(texts, tokens))[:len(chunk)]:
+      texts, tokens, tool_masks = self._generate_batch(filled, decoding, batch_number)
+      for text, ids, tool_mask in list(zip(texts, tokens, tool_masks))[:len(chunk)]:
         ids = [int(i) for i in ids]
         cut = tokenizer_lib.tokens_through(ids, text, self._stop_text, self._tokenizer)
         if cut is not None:
           ids, text = ids[:cut[0]], cut[1]
         out.texts.append(text)
-        out.num_tokens.append(len(ids))
+        out.num_tokens.append(len(ids) - int(sum(tool_mask[:len(ids)])))
         # Tunix cuts a completion at its first stop token, so a completion
         # that has all max_new_tokens tokens never emitted one.
         out.truncated.append(cut is None and len(ids) >= decoding.max_new_tokens)
@@ -139,7 +144,8 @@ class Generator:
     return out
 
   def _generate_batch(self, prompts: list[str], decoding: Decoding,
-                      batch_number: int) -> tuple[list[str], list[Any]]:
+                      batch_number: int) -> tuple[list[str], list[Any], list[Any]]:
+    """(texts, token ids, tool masks: True where a token is a tool's result)."""
     import jax  # pylint: disable=g-import-not-at-top
 
     if decoding.greedy:
@@ -161,7 +167,10 @@ class Generator:
           top_p=sampling["top_p"], top_k=sampling["top_k"], seed=sampling["seed"])
       with self._mesh:
         output = self._rollout.generate(prompts, config)
-      return output.text, output.tokens
+      turns = self._rollout.take_tool_turns()
+      masks = ([t.tool_mask for t in turns] if turns
+               else [[False] * len(ids) for ids in output.tokens])
+      return output.text, output.tokens, masks
     # As Tunix's RLCluster runs its rollouts: under the model's mesh.
     with self._mesh:
       output = self._sampler(
@@ -173,4 +182,4 @@ class Generator:
           pad_output=False,
           **sampling,
       )
-    return output.text, output.tokens
+    return output.text, output.tokens, [[False] * len(ids) for ids in output.tokens]

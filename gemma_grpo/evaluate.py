@@ -43,6 +43,7 @@ from gemma_grpo import errors
 from gemma_grpo import eval_generation
 from gemma_grpo import mesh as mesh_lib
 from gemma_grpo import metrics as metrics_lib
+from gemma_grpo import multi_turn
 from gemma_grpo import rewards
 from gemma_grpo import scoring
 from gemma_grpo import storage
@@ -380,6 +381,7 @@ def evaluate(target: Target, c, plan: Plan, mesh, *,
       stop_text=c.rollout.stop_text, engine=c.rollout.engine,
       lora_scale=c.lora.alpha / c.lora.rank, decode_dtype=c.rollout.decode_dtype,
       screen_lm_head=c.rollout.screen_lm_head,
+      tool_runner=multi_turn.tool_runner(c.rollout), max_tool_calls=c.rollout.max_tool_calls,
   )
   kept = [p for p in plan.problems
           if generator.prompt_length(p.prompt) <= plan.max_prompt_length]
@@ -398,7 +400,7 @@ def evaluate(target: Target, c, plan: Plan, mesh, *,
   generate_s = time.perf_counter() - start
   metrics, samples = scoring.score(
       kept, out.texts, out.truncated, num_tokens=out.num_tokens, num_samples=k,
-      reward_fns=plan.reward_fns(), num_dropped=dropped)
+      reward_fns=plan.reward_fns(), num_dropped=dropped, tools=bool(c.rollout.tools))
 
   d = plan.decoding
   report = {
@@ -417,7 +419,8 @@ def evaluate(target: Target, c, plan: Plan, mesh, *,
                        "top_k": None if d.greedy else d.top_k,
                        "seed": None if d.greedy else d.seed,
                        "batch_size": plan.batch_size, "stop_token_ids": stop_ids,
-                       "stop_text": c.rollout.stop_text, "engine": c.rollout.engine},
+                       "stop_text": c.rollout.stop_text, "engine": c.rollout.engine,
+                       "tools": c.rollout.tools, "max_tool_calls": c.rollout.max_tool_calls},
           "rewards": {"preset": plan.reward_config.preset,
                       "functions": [fn.__name__ for fn in plan.reward_fns()]},
       },

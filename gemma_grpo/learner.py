@@ -309,6 +309,11 @@ class _Round:
   # [n, L] log-probs of the sampled tokens under the sampler's own logits
   # (0 past each row's end); None unless the learner asks for them.
   sample_logps: np.ndarray | None = None
+  # [n, L] True where a token is a tool's result (multi_turn.py): read by the
+  # model, never trained on; None when the engine has no tools.
+  tool_mask: np.ndarray | None = None
+  tool_calls: np.ndarray | None = None  # [n] calls per completion
+  failed_calls: np.ndarray | None = None  # [n] of them, those that returned an error
 
 
 def _left_pad(rows: list[np.ndarray], pad: int) -> np.ndarray:
@@ -336,12 +341,18 @@ def logps_program(graphdef, state, prompt_ids, completion_ids, pad_id, eos_id,
 
 
 def _train_example(prompt_ids, completion_ids, advantages, ref_logps, old_logps,
-                   sampler_logps, pad: int) -> losses.TrainExample:
+                   sampler_logps, pad: int, tool_mask=None) -> losses.TrainExample:
+  """Tunix's train example; `tool_mask` [B, T] marks tool results, which the
+  model reads (they stay in completion_ids) but is not trained on: every term
+  of the loss and its metrics weighs tokens by completion_mask."""
+  completion_mask = completion_ids != pad
+  if tool_mask is not None:
+    completion_mask &= ~jnp.asarray(tool_mask)
   return losses.TrainExample(
       prompt_ids=prompt_ids,
       prompt_mask=prompt_ids != pad,
       completion_ids=completion_ids,
-      completion_mask=completion_ids != pad,
+      completion_mask=completion_mask,
       ref_per_token_logps=ref_logps,
       advantages=jax.device_put(np.asarray(advantages, dtype=np.float32)),
       old_per_token_logps=old_logps,
@@ -403,7 +414,7 @@ class Learner(grpo_learner.GRPOLearner):
   def __init__(self, *args, rollout_seed: int,
                refill_problems: Sequence[data_lib.Problem] | None = None,
                stop_text: str = "", updates_per_batch: int = 1,
-               sampler_logps: bool = False, **kwargs):
+               sampler_logps: bool = False, tools: bool = False, **kwargs):
     super().__init__(*args, **kwargs)
     cfg = self.algo_config
     if not isinstance(cfg, AlgoConfig):
@@ -419,6 +430,8 @@ class Learner(grpo_learner.GRPOLearner):
       # (checkpoints fall on batch boundaries: config.validate).
       self._last_iter_step //= cfg.num_iterations
     self._stop_text = stop_text
+    # The engine's tool calls (rollout.tools): their results are masked out.
+    self._tools = tools
     # Updates after a batch's first see samples of an older policy: they need
     # the sampling policy's log-probs for the importance ratio.
     self._off_policy = updates_per_batch > 1
@@ -453,8 +466,10 @@ class Learner(grpo_learner.GRPOLearner):
     )
     seconds = time.perf_counter() - start
     n = len(out.tokens)
+    turns = self.rl_cluster.rollout.take_tool_turns() if self._tools else None
     completion_ids = np.full((n, limit), pad, dtype=np.int32)
-    lengths = np.zeros(n, dtype=np.int64)
+    tool_mask = np.zeros((n, limit), dtype=bool) if turns is not None else None
+    lengths = np.zeros(n, dtype=np.int64)  # the model's own tokens
     truncated = np.zeros(n, dtype=bool)
     stops = np.asarray(rollout_config.eos_tokens or [self.rl_cluster.rollout.eos_id()])
     texts = list(out.text)
@@ -472,6 +487,9 @@ class Learner(grpo_learner.GRPOLearner):
       if sample_logps is not None:
         sample_logps[row, :len(tokens)] = np.asarray(out.logprobs[row])[:len(tokens)]
       lengths[row] = len(tokens)
+      if tool_mask is not None:
+        tool_mask[row, :len(tokens)] = turns[row].tool_mask[:len(tokens)]
+        lengths[row] -= tool_mask[row].sum()
       truncated[row] = (cut is None and len(tokens) >= limit
                         and not np.isin(tokens, stops).any())
 
@@ -487,12 +505,19 @@ class Learner(grpo_learner.GRPOLearner):
     }
     rewards = np.asarray(info["rewards"], dtype=np.float64)
     if cfg.overlong_buffer > 0:
-      penalty = overlong_penalty(lengths, limit, cfg.overlong_buffer, cfg.overlong_penalty)
+      # The budget counts tool results too: they fill the same slots.
+      used = (completion_ids != pad).sum(axis=1)
+      penalty = overlong_penalty(used, limit, cfg.overlong_buffer, cfg.overlong_penalty)
       fn_rewards["overlong"] = penalty
       self.rl_cluster.buffer_metrics({"rewards/overlong": (penalty, np.mean)}, mode=mode)
       rewards = rewards + penalty
+    tool_calls = failed = None
+    if turns is not None:
+      tool_calls = np.array([len(t.calls) for t in turns])
+      failed = np.array([t.failed_calls for t in turns])
     return _Round(inputs, np.asarray(out.left_padded_prompt_tokens), completion_ids,
-                  lengths, truncated, rewards, fn_rewards, seconds, sample_logps)
+                  lengths, truncated, rewards, fn_rewards, seconds, sample_logps,
+                  tool_mask, tool_calls, failed)
 
   # --- Tunix's hook --------------------------------------------------------
 
@@ -526,6 +551,9 @@ class Learner(grpo_learner.GRPOLearner):
     pad, eos = self.rl_cluster.rollout.pad_id(), self.rl_cluster.rollout.eos_id()
     prompt_ids = _left_pad([rounds[r].prompt_ids[k] for r, k in rows], pad)
     completion_ids = np.stack([rounds[r].completion_ids[k] for r, k in rows])
+    tool_mask = None
+    if rounds[0].tool_mask is not None:
+      tool_mask = np.stack([rounds[r].tool_mask[k] for r, k in rows])
     rewards = np.array([rounds[r].rewards[k] for r, k in rows])
     advantages = function_registry.get_advantage_estimator(cfg.advantage_estimator)(
         rewards=rewards, num_generations=g)
@@ -571,7 +599,7 @@ class Learner(grpo_learner.GRPOLearner):
         trainer_old_logps=trainer_old_logps if self._off_policy else None)
     self._log_diagnostics(rounds, selection, advantages, mode, step)
     return _train_example(prompt_ids, completion_ids, advantages, ref_logps, old_logps,
-                          tis_logps, pad)
+                          tis_logps, pad, tool_mask)
 
   def example_like(self, rows: int) -> losses.TrainExample:
     """A train example of zeros shaped as a training step's (`rows` completions).
@@ -615,6 +643,16 @@ class Learner(grpo_learner.GRPOLearner):
         "perf/rollout_seconds": (seconds, np.sum),
         "perf/rollout_tokens_per_second": (tokens / max(seconds, 1e-9), np.mean),
     }
+    if rounds[0].tool_calls is not None:
+      calls = np.concatenate([r.tool_calls for r in rounds])
+      failed = np.concatenate([r.failed_calls for r in rounds])
+      metrics.update({
+          "tools/calls_per_completion": (calls.mean(), np.mean),
+          "tools/failed_per_completion": (failed.mean(), np.mean),
+          "tools/failed_frac": (failed.sum() / max(calls.sum(), 1), np.mean),
+          "tools/completions_with_calls_frac": ((calls > 0).mean(), np.mean),
+          "tools/turns_mean": ((calls + 1).mean(), np.mean),
+      })
     for name in rounds[0].fn_rewards:
       values = np.concatenate([r.fn_rewards[name] for r in rounds])
       metrics[f"diagnostics/reward_std/{name}"] = (values.std(), np.mean)

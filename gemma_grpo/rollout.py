@@ -64,10 +64,12 @@ from tunix.generate import tokenizer_adapter
 from tunix.models.gemma3 import model as gemma3
 from tunix.rl.rollout import base_rollout
 
+from gemma_grpo import gemma3_rl
 from gemma_grpo import logprobs
 from gemma_grpo import lora
-from gemma_grpo import gemma3_rl
+from gemma_grpo import multi_turn
 from gemma_grpo import seam
+from gemma_grpo import tools as tools_lib
 
 seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
 
@@ -496,22 +498,8 @@ def _token_logps(logits_BxV, token_B, sampling: Sampling):
   return picked_B - jax.nn.logsumexp(scaled_BxV, axis=-1)
 
 
-@functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps",
-                                             "screen_width"))
-def _decode(weights, embed_VxD, head_VxD, screen, final_norm_D, first_B, first_logp_B,
-            prompt_cache, next_position_B, valid_UxP, stop_ids, rng, *,
-            shapes, new_tokens, sampling, with_logps, screen_width):
-  """Tokens 2..new_tokens of every row, and with_logps their log-probs; stops
-  early once every row has stopped. Also returns how many steps computed the
-  whole float32 LM head although a screen was given (its proof failed).
-
-  Rows are grouped by prompt: row b continues prompt b // R, whose keys and
-  values `prompt_cache` holds (_decode_layer). Token t (0-based) of a row
-  sits at completion slot t and RoPE position next_position_B + t; it is
-  drawn with fold_in(rng, t). `embed_VxD` embeds the input tokens;
-  `head_VxD` (the embedding, maybe rounded) gives the logits, through
-  `screen` (its bfloat16 copy, max row norm) when screen_width > 0.
-  """
+def _decode_start(first_B, first_logp_B, prompt_cache, stop_ids, *, new_tokens, with_logps):
+  """The decode loop's carry before its first step: the prefill's token in slot 0."""
   batch = first_B.shape[0]
   prompt_keys_LxUxKxHxP = prompt_cache[0]
   layers, _, kv_heads, head_dim, _ = prompt_keys_LxUxKxHxP.shape
@@ -522,9 +510,23 @@ def _decode(weights, embed_VxD, head_VxD, screen, final_norm_D, first_B, first_l
   logps_BxT = jnp.zeros((batch, new_tokens if with_logps else 1), jnp.float32)
   logps_BxT = logps_BxT.at[:, 0].set(first_logp_B)
   done_B = jnp.isin(first_B, stop_ids)
+  return (1, tokens_BxT, logps_BxT, done_B, keys_LxBxKxHxT, values_LxBxKxTxH, jnp.int32(0))
 
+
+def _decode_loop(carry, weights, embed_VxD, head_VxD, screen, final_norm_D, prompt_cache,
+                 next_position_B, valid_UxP, stop_ids, rng, turns, *, shapes, new_tokens,
+                 sampling, with_logps, screen_width):
+  """Runs decode steps from `carry` until every row stops or slot new_tokens is reached.
+
+  `turns` is None for one-turn decoding. For tool calls (multi_turn.py) it is
+  (forced_BxT, ends_call_V, needs_char_V, last_char_V) and the carry ends
+  with paused_B: a row takes forced_BxT[b, t] at slot t where that is >= 0
+  (a tool's result, read like a prompt and never sampled), and the loop
+  also stops after a step in which a row may have closed a tool call, for
+  the host to run it.
+  """
   def step(carry):
-    t, tokens_BxT, logps_BxT, done_B, keys_LxBxKxHxT, values_LxBxKxTxH, full_heads = carry
+    t, tokens_BxT, logps_BxT, done_B, keys_LxBxKxHxT, values_LxBxKxTxH, full_heads = carry[:7]
     x_BxD = embed_VxD[tokens_BxT[:, t - 1]] * jnp.sqrt(embed_VxD.shape[-1]).astype(embed_VxD.dtype)
     position_B = next_position_B + t - 1
     for layer, (w, shape) in enumerate(zip(weights, shapes)):
@@ -544,20 +546,65 @@ def _decode(weights, embed_VxD, head_VxD, screen, final_norm_D, first_B, first_l
       logits_BxV = _head_logits(normed_BxD, head_VxD)
       token_B = sample_tokens(logits_BxV, key, sampling)
     token_B = jnp.where(done_B, stop_ids[0], token_B)
+    if turns is not None:
+      forced_BxT, ends_call_V, needs_char_V, last_char_V = turns
+      forced_B = forced_BxT[:, t]
+      from_tool_B = (forced_B >= 0) & ~done_B
+      token_B = jnp.where(from_tool_B, forced_B, token_B)
+      # A necessary condition for the row's text to end "</tool_call>"
+      # (multi_turn.CallEnds); the host reads the text to be sure.
+      previous_B = tokens_BxT[:, t - 1]
+      may_close_B = ends_call_V[token_B] | (
+          (needs_char_V[token_B] >= 0) & (needs_char_V[token_B] == last_char_V[previous_B]))
+      paused_B = may_close_B & ~from_tool_B & ~done_B
     if with_logps:
       logps_BxT = logps_BxT.at[:, t].set(_token_logps(logits_BxV, token_B, sampling))
-    done_B = done_B | jnp.isin(token_B, stop_ids)
-    return (t + 1, tokens_BxT.at[:, t].set(token_B), logps_BxT, done_B, keys_LxBxKxHxT,
-            values_LxBxKxTxH, full_heads)
+    stops_B = jnp.isin(token_B, stop_ids)
+    if turns is not None:
+      stops_B &= ~from_tool_B
+    done_B = done_B | stops_B
+    out = (t + 1, tokens_BxT.at[:, t].set(token_B), logps_BxT, done_B, keys_LxBxKxHxT,
+           values_LxBxKxTxH, full_heads)
+    return out if turns is None else (*out, paused_B)
 
   def more(carry):
     t, _, _, done_B, *_ = carry
-    return (t < new_tokens) & ~jnp.all(done_B)
+    going = (t < new_tokens) & ~jnp.all(done_B)
+    return going if turns is None else going & ~jnp.any(carry[7])
 
-  _, tokens_BxT, logps_BxT, _, _, _, full_heads = jax.lax.while_loop(
-      more, step, (1, tokens_BxT, logps_BxT, done_B, keys_LxBxKxHxT, values_LxBxKxTxH,
-                   jnp.int32(0)))
+  return jax.lax.while_loop(more, step, carry)
+
+
+@functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps",
+                                             "screen_width"))
+def _decode(weights, embed_VxD, head_VxD, screen, final_norm_D, first_B, first_logp_B,
+            prompt_cache, next_position_B, valid_UxP, stop_ids, rng, *,
+            shapes, new_tokens, sampling, with_logps, screen_width):
+  """Tokens 2..new_tokens of every row, and with_logps their log-probs; stops
+  early once every row has stopped. Also returns how many steps computed the
+  whole float32 LM head although a screen was given (its proof failed).
+
+  Rows are grouped by prompt: row b continues prompt b // R, whose keys and
+  values `prompt_cache` holds (_decode_layer). Token t (0-based) of a row
+  sits at completion slot t and RoPE position next_position_B + t; it is
+  drawn with fold_in(rng, t). `embed_VxD` embeds the input tokens;
+  `head_VxD` (the embedding, maybe rounded) gives the logits, through
+  `screen` (its bfloat16 copy, max row norm) when screen_width > 0.
+  """
+  carry = _decode_start(first_B, first_logp_B, prompt_cache, stop_ids, new_tokens=new_tokens,
+                        with_logps=with_logps)
+  _, tokens_BxT, logps_BxT, _, _, _, full_heads = _decode_loop(
+      carry, weights, embed_VxD, head_VxD, screen, final_norm_D, prompt_cache, next_position_B,
+      valid_UxP, stop_ids, rng, None, shapes=shapes, new_tokens=new_tokens, sampling=sampling,
+      with_logps=with_logps, screen_width=screen_width)
   return tokens_BxT, logps_BxT, full_heads
+
+
+# Multi-turn decoding (tool calls): the same loop, resumed by the host after
+# each pause with the carry donated, so the caches are updated in place.
+_decode_turn_start = jax.jit(_decode_start, static_argnames=("new_tokens", "with_logps"))
+_decode_turn = jax.jit(_decode_loop, donate_argnums=(0,), static_argnames=(
+    "shapes", "new_tokens", "sampling", "with_logps", "screen_width"))
 
 
 def group_rows(prompts: Sequence[str]) -> tuple[list[int], int]:
@@ -575,7 +622,10 @@ class GroupedRollout(base_rollout.BaseRollout):
   """Rollouts for the RLCluster; see the module docstring."""
 
   def __init__(self, rollout_actor, tokenizer, mesh=None, rollout_config=None, *,
-               lora_scale: float, decode_dtype: str = "float32", screen_lm_head: str = "auto"):
+               lora_scale: float, decode_dtype: str = "float32", screen_lm_head: str = "auto",
+               tool_runner: tools_lib.ToolRunner | None = None, max_tool_calls: int = 0):
+    """With `tool_runner` and max_tool_calls > 0, completions may call its
+    tools (multi_turn.py); `take_tool_turns` then says what they did."""
     del rollout_config  # each generate() call brings its own
     if not isinstance(rollout_actor, gemma3_rl.Gemma3):
       # Converting would make a second module that the trainer never updates.
@@ -597,6 +647,10 @@ class GroupedRollout(base_rollout.BaseRollout):
         screen_lm_head == "on" or (screen_lm_head == "auto" and screen_pays_off()))
     self.full_head_steps = 0  # of the last generate(): decode steps the screen did not prove
     self._shapes = tuple(layer_shape(layer) for layer in rollout_actor.layers)
+    self._tool_runner = tool_runner if max_tool_calls > 0 else None
+    self._max_tool_calls = max_tool_calls
+    self._call_ends = None  # multi_turn.CallEnds on device, built at the first tool rollout
+    self._tool_turns: list[multi_turn.RowTurns] = []
 
   def tokenize(self, prompt: str) -> np.ndarray:
     """The ids Tunix's sampler feeds for `prompt` (<bos> once)."""
@@ -628,17 +682,24 @@ class GroupedRollout(base_rollout.BaseRollout):
     fn, args, kwargs = self.decode_call(
         fn(*args, **kwargs), stop_ids, rng, new_tokens=rollout_config.max_tokens_to_generate,
         sampling=sampling, with_logps=with_logps, screen_width=screen)
-    tokens_BxT, logps_BxT, full_heads = jax.device_get(fn(*args, **kwargs))
+    turns = None
+    if self._tool_runner is None:
+      tokens_BxT, logps_BxT, full_heads = jax.device_get(fn(*args, **kwargs))
+    else:
+      turns, (tokens_BxT, logps_BxT, full_heads) = self._decode_with_tools(args, kwargs)
     del fn, args, kwargs
     tokens_BxT, logps_BxT = np.asarray(tokens_BxT), np.asarray(logps_BxT)
     self.full_head_steps = int(full_heads)
     stops = np.asarray(stop_ids)
     completions, logprobs_out = [], []
     for row, row_logps in zip(tokens_BxT, logps_BxT):
+      # A tool result holds no stop token (multi_turn.ToolTurns drops them).
       hits = np.flatnonzero(np.isin(row, stops))
       end = hits[0] if hits.size else len(row)
       completions.append(row[:end])
       logprobs_out.append(row_logps[:end])
+    if turns is not None:
+      self._tool_turns.extend(turns.rows([len(c) for c in completions]))
     return base_rollout.RolloutOutput(
         text=[self._tokenizer.decode(c.tolist()) for c in completions],
         logits=None,
@@ -646,6 +707,48 @@ class GroupedRollout(base_rollout.BaseRollout):
         left_padded_prompt_tokens=padded_BxP,
         logprobs=logprobs_out if with_logps else None,
     )
+
+  def _decode_with_tools(self, args, kwargs):
+    """decode_call's loop, paused for each tool call (multi_turn.py); (turns, its outputs)."""
+    (weights, embed_VxD, head_VxD, screen, final_norm_D, first_B, first_logp_B, prompt_cache,
+     next_position_B, valid_UxP, stop_ids, rng) = args
+    new_tokens, with_logps = kwargs["new_tokens"], kwargs["with_logps"]
+    if self._call_ends is None:
+      vocab = embed_VxD.shape[0]
+      ends = multi_turn.CallEnds.from_texts([self._tokenizer.decode([i]) for i in range(vocab)])
+      self._call_ends = tuple(jnp.asarray(x) for x in dataclasses.astuple(ends))
+    specials = [self._tokenizer.bos_id(), self.pad_id(), self.eos_id()]
+    turns = multi_turn.ToolTurns(
+        self._tool_runner, self._tokenizer.decode, self._tokenizer.encode,
+        max_calls=self._max_tool_calls, rows=first_B.shape[0], width=new_tokens,
+        banned_ids=[i for i in [*specials, *np.asarray(stop_ids).tolist()] if i is not None])
+    carry = _decode_turn_start(first_B, first_logp_B, prompt_cache, stop_ids,
+                               new_tokens=new_tokens, with_logps=with_logps)
+    while True:
+      carry = _decode_turn(
+          (*carry, jnp.zeros(first_B.shape, bool)), weights, embed_VxD, head_VxD, screen, final_norm_D, prompt_cache,
+          next_position_B, valid_UxP, stop_ids, rng,
+          (jnp.asarray(turns.forced_BxT), *self._call_ends), **kwargs)
+      t, paused = jax.device_get((carry[0], carry[7]))
+      carry = carry[:7]
+      if int(t) >= new_tokens or not paused.any():
+        break
+      turns.resume(np.asarray(jax.device_get(carry[1])), int(t), paused)
+    _, tokens_BxT, logps_BxT, _, _, _, full_heads = carry
+    return turns, jax.device_get((tokens_BxT, logps_BxT, full_heads))
+
+  def take_tool_turns(self) -> list[multi_turn.RowTurns]:
+    """What the tools did in each row generated since the last call, in row order.
+
+    Tunix's RLCluster rebuilds the engine's outputs from their standard
+    fields, so the learner reads this after each `generate`.
+    """
+    turns, self._tool_turns = self._tool_turns, []
+    return turns
+
+  @property
+  def uses_tools(self) -> bool:
+    return self._tool_runner is not None
 
   def settings(self, rollout_config: base_rollout.RolloutConfig,
                with_logps: bool) -> tuple[Sampling, bool, int]:

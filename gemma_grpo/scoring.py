@@ -48,6 +48,7 @@ from gemma_grpo import console
 from gemma_grpo import data as data_lib
 from gemma_grpo import rewards
 from gemma_grpo import storage
+from gemma_grpo import tools as tools_lib
 
 # generate(prompts) -> (completions, truncated flags[, generated token counts])
 GenerateFn = Callable[[list[str]], tuple]
@@ -141,7 +142,7 @@ def _mean(values: Sequence[float]) -> float:
 def score(problems: Sequence[data_lib.Problem], completions: Sequence[str],
           truncated: Sequence[bool], *, num_tokens: Sequence[int] | None = None,
           num_samples: int = 1, reward_fns: Sequence[Callable] | None = None,
-          num_dropped: int = 0) -> tuple[dict[str, float], list[dict]]:
+          num_dropped: int = 0, tools: bool = False) -> tuple[dict[str, float], list[dict]]:
   """Metrics over problems and their completions, and one record per completion.
 
   Args:
@@ -155,6 +156,9 @@ def score(problems: Sequence[data_lib.Problem], completions: Sequence[str],
     reward_fns: weighted reward functions (`rewards.build_reward_fns`);
       default the default preset's.
     num_dropped: problems dropped before generation, reported as is.
+    tools: the completions could call tools (rollout.tools); adds each
+      sample's tool_calls and failed_tool_calls, read from its text, and
+      their means.
   """
   k = num_samples
   if k < 1 or len(completions) != len(problems) * k:
@@ -189,6 +193,8 @@ def score(problems: Sequence[data_lib.Problem], completions: Sequence[str],
         "length_chars": len(completion),
         "rewards": {name: float(values[i]) for name, values in reward_values.items()},
     })
+    if tools:
+      samples[-1]["tool_calls"], samples[-1]["failed_tool_calls"] = tools_lib.count_calls(completion)
 
   metrics = {
       "num_problems": len(problems),
@@ -201,6 +207,10 @@ def score(problems: Sequence[data_lib.Problem], completions: Sequence[str],
   if num_tokens is not None:
     metrics["mean_length_tokens"] = _mean([s["length_tokens"] for s in samples])
   metrics["mean_length_chars"] = _mean([s["length_chars"] for s in samples])
+  if tools:
+    metrics["tool_calls_per_completion"] = _mean([s["tool_calls"] for s in samples])
+    metrics["failed_tool_calls_per_completion"] = _mean([s["failed_tool_calls"] for s in samples])
+    metrics["tool_use_rate"] = _mean([s["tool_calls"] > 0 for s in samples])
   for name, values in reward_values.items():
     metrics[f"reward/{name}"] = _mean(values)
   metrics["reward/sum"] = _mean([sum(s["rewards"].values()) for s in samples])
@@ -222,7 +232,8 @@ def score(problems: Sequence[data_lib.Problem], completions: Sequence[str],
 
 def run(generate: GenerateFn, problems: Sequence[data_lib.Problem],
         batch_size: int, *, reward_fns: Sequence[Callable] | None = None,
-        num_dropped: int = 0, show_progress: bool = False) -> tuple[dict[str, float], list[dict]]:
+        num_dropped: int = 0, show_progress: bool = False,
+        tools: bool = False) -> tuple[dict[str, float], list[dict]]:
   """Generates a completion per problem in batches, then scores them.
 
   `generate` returns (texts, truncated) or (texts, truncated, num_tokens);
@@ -243,7 +254,7 @@ def run(generate: GenerateFn, problems: Sequence[data_lib.Problem],
     bar.update(len(chunk))
   bar.close()
   return score(problems, completions, truncated, num_tokens=num_tokens,
-               reward_fns=reward_fns, num_dropped=num_dropped)
+               reward_fns=reward_fns, num_dropped=num_dropped, tools=tools)
 
 
 def write(out, report: dict, samples: list[dict]) -> None:

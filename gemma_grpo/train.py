@@ -30,6 +30,7 @@ from gemma_grpo import errors
 from gemma_grpo import lora
 from gemma_grpo import mesh as mesh_lib
 from gemma_grpo import metrics as metrics_lib
+from gemma_grpo import multi_turn
 from gemma_grpo import plots
 from gemma_grpo import rewards
 from gemma_grpo import scoring
@@ -66,6 +67,7 @@ def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Start
         "train.micro_batch_size x grpo.num_generations = %d completions do not"
         " split over mesh fsdp=%d; each device will process all of them", rows, fsdp)
   data_lib.check_source(c.data)
+  check_tools(c.rollout)
   work = storage.path(workdir)
   if work.exists() and not work.is_dir():
     raise errors.UserError(f"--workdir {workdir}: exists and is not a directory")
@@ -73,6 +75,14 @@ def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Start
   saved_identity = checkpoints.check_identity(work, checkpoints.identity(c))
   resume = checkpoints.set_aside_unreadable(work, move=jax.process_index() == 0)
   return Start(work, saved_identity, resume)
+
+
+def check_tools(r: ml_collections.ConfigDict) -> None:
+  """Loads rollout.tools once before the model does, so a bad name fails in a second."""
+  try:
+    multi_turn.tool_runner(r)
+  except ValueError as e:
+    raise errors.UserError(str(e)) from None
 
 
 def train(c: ml_collections.ConfigDict, workdir: str) -> int:
@@ -169,6 +179,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
       stop_text=c.rollout.stop_text,
       updates_per_batch=config_lib.updates_per_batch(c),
       sampler_logps=c.rollout.decode_dtype != "float32",
+      tools=bool(c.rollout.tools),
   )
   # Steps count updates: align Tunix's step counter with the restored one.
   cluster.global_steps = trainer.train_steps
@@ -196,10 +207,14 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop) -> int:
     """Greedy eval of the held-out slice; its samples kept in WORKDIR/eval/step_N."""
     def generate(batch_prompts):
       out = cluster.generate(batch_prompts, mode=rl_cluster_lib.Mode.EVAL)
-      return tokenizer_lib.apply_stop_text(
+      texts, truncated, counts = tokenizer_lib.apply_stop_text(
           out.text, out.tokens, c.eval.max_new_tokens, c.rollout.stop_text, loaded.tokenizer)
+      if c.rollout.tools:  # lengths count the model's own tokens, not tool results
+        turns = cluster.rollout.take_tool_turns()
+        counts = [n - int(t.tool_mask[:n].sum()) for n, t in zip(counts, turns, strict=True)]
+      return texts, truncated, counts
     metrics, samples = scoring.run(generate, heldout, c.eval.batch_size, reward_fns=eval_reward_fns,
-                                    show_progress=is_chief)
+                                    show_progress=is_chief, tools=bool(c.rollout.tools))
     evals.append(metrics)
     if is_chief:
       scoring.write(work / "eval" / f"step_{step:06d}", {
