@@ -78,21 +78,21 @@ def test_config_is_data_and_imports_nothing_of_the_trainer():
 
 
 def readme_layers() -> list[set[str]]:
-  """The module map of README.md: one set of modules per line, top line first."""
-  readme = (PACKAGE.parent / "README.md").read_text()
-  block = readme.split("own line or below", 1)[1].split("```", 2)[1]
+  """The module map of docs/architecture.md: one set of modules per line, top line first."""
+  page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+  block = page.split("own line or below", 1)[1].split("```", 2)[1].removeprefix("text")
   return [set(line.split(None, 1)[1].replace(",", " ").split())
           for line in block.strip().splitlines()]
 
 
-def test_readme_module_map_names_every_module_once_and_matches_the_imports():
+def test_the_module_map_names_every_module_once_and_matches_the_imports():
   layers = readme_layers()
   edges = graph()
   named = [m for layer in layers for m in layer]
   assert sorted(named) == sorted(edges), set(named) ^ set(edges)
   line_of = {m: i for i, layer in enumerate(layers) for m in layer}
   upward = [(m, t) for m, targets in edges.items() for t in targets if line_of[t] < line_of[m]]
-  assert not upward, f"imports that point up README's map: {upward}"
+  assert not upward, f"imports that point up docs/architecture.md's map: {upward}"
 
 
 # Third-party packages whose import takes 0.1 s to seconds here (JAX and what
