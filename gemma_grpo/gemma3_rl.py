@@ -21,16 +21,16 @@
   gradient dot reads its large operand in place. Needs `lora_scale` (alpha / r) on the model, which lora.apply sets;
   without it Qwix's path runs. Seam touch 10 (seam.py).
 * The feed-forward's backward pass recomputes its forward from the block's
-  input instead of keeping the [tokens, F] intermediates of every layer:
-  on the 270M's update that cut XLA's temporaries from 2580 to 1404 MiB
+  input instead of keeping the [tokens, F] intermediates of every layer,
+  which nearly halves the update's temporaries at no measured cost in time
   (BENCHMARKS.md, "The update's gradient program"). jax.checkpoint does not
   do this on XLA:CPU, which merges the recomputation back into the forward.
 * `matmul_dtype` (model.matmul_dtype, set by model_loading): "bfloat16"
   casts the operands of the feed-forward's frozen products (forward and
   input gradient) to bfloat16 and accumulates in float32; the adapters,
   attention, norms and every other operation stay in the parameters' dtype.
-  On CPUs with AMX or AVX512_BF16 such a product runs 2-5x faster than in
-  float32 (BENCHMARKS.md, "Mixed-precision products"). With it the
+  CPUs with AMX or AVX512_BF16 run such products several times faster than
+  float32 ones (BENCHMARKS.md, "Mixed-precision products"). With it the
   feed-forward runs here for models without adapters too (the reference).
 
 Same parameters, same paths, same checkpoints as Tunix's class: a loaded

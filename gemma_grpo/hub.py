@@ -1,7 +1,7 @@
 """Hugging Face hub access that answers at once on a machine without network.
 
 huggingface_hub retries a failed request with back-off, so a download that
-cannot succeed (no DNS, no route, a firewall) took about 24 s to fail. One
+cannot succeed (no DNS, no route, a firewall) takes tens of seconds to fail. One
 TCP connection to the hub, with a short timeout, tells first; when it fails
 the download runs with `local_files_only`: a cached copy is still used, and a
 missing one fails in the time of that probe.

@@ -43,8 +43,8 @@ def _eager_pass_can_deadlock(mesh) -> bool:
   Eager, the pass is hundreds of small programs. On a multi-device CPU mesh
   they carry collectives, and XLA:CPU (jaxlib 0.10.2) deadlocks once more
   than 32 such programs are in flight on a device. Compiled, the pass is one
-  program; on one CPU device eager is faster (10 s against 17-20 s for the
-  270M model, which has to compile its whole forward).
+  program; on one CPU device eager stays, as it is faster there (compiling
+  means compiling the model's whole forward).
   """
   return mesh.size > 1 and mesh.devices.flat[0].platform == "cpu"
 
