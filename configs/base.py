@@ -69,6 +69,9 @@ def get_config() -> ml_collections.ConfigDict:
   # from its prompt. Written in the config, never drawn from the data, so no
   # example can be a training or held-out problem. () = none.
   c.data.few_shot = ()
+  # The instruction atop the first user turn; "" = the default one
+  # (gemma_grpo/prompts.py: reason in <reasoning>, answer in <answer>).
+  c.data.instruction = ""
 
   c.rewards = ml_collections.ConfigDict()
   c.rewards.preset = "guarded"  # reference | guarded | math

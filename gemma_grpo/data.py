@@ -37,17 +37,24 @@ class Problem:
   solution: str = ""  # worked reasoning, when the source has one (for SFT)
   # Solved (question, reasoning, answer) turns shown before the question.
   examples: tuple[tuple[str, str, str], ...] = ()
+  instruction: str = prompts.SYSTEM_INSTRUCTION  # atop the first user turn
 
   @property
   def prompt(self) -> str:
     """The exact text the policy is given (before <bos>), in training and eval."""
-    return prompts.render_prompt(self.question, examples=self.examples)
+    return prompts.render_prompt(self.question, system=self.instruction, examples=self.examples)
 
 
 def with_examples(problems: list[Problem], c: ml_collections.ConfigDict) -> list[Problem]:
-  """The problems with the config's few-shot turns (`data.few_shot`) in their prompt."""
+  """The problems with the config's instruction and few-shot turns in their prompt."""
   examples = tuple(tuple(str(x) for x in e) for e in c.few_shot)
-  return [dataclasses.replace(p, examples=examples) for p in problems]
+  return [dataclasses.replace(p, examples=examples, instruction=instruction(c))
+          for p in problems]
+
+
+def instruction(c: ml_collections.ConfigDict) -> str:
+  """`data.instruction`, or the default one when it is empty."""
+  return c.instruction or prompts.SYSTEM_INSTRUCTION
 
 
 def parse_gsm8k_answer(text: str) -> tuple[str, str]:

@@ -275,6 +275,16 @@ def check_same(what: str, text: str, fix: str) -> None:
         f"{what} differs between processes (process {differ[0]} against process 0); {fix}")
 
 
+def from_chief(array: np.ndarray) -> np.ndarray:
+  """Process 0's `array` in every process (a collective), so that what the
+  host computes (a tool's result) enters every process's program alike."""
+  if process_count() == 1:
+    return array
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+
+  return np.asarray(multihost_utils.broadcast_one_to_all(array))
+
+
 def largest(value: int) -> int:
   """The largest of `value` over all processes (a collective)."""
   if process_count() == 1:

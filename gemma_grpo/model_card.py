@@ -9,6 +9,7 @@ from typing import Any
 
 from absl import logging
 
+from gemma_grpo import data as data_lib
 from gemma_grpo import prompts
 
 OFFLINE_BASE = "google/gemma-3-270m"
@@ -112,7 +113,8 @@ def write(policy, workdir: pathlib.Path, fmt: str, dtype: str) -> str:
   lines += ["## Prompt format", "",
             "The model was trained on this chat format (the tokenizer's chat template renders it; "
             "pass the instruction as a system message):", "", "```",
-            "<bos>" + prompts.render_prompt("<question>", examples=examples), "```",
+            "<bos>" + prompts.render_prompt("<question>", system=data_lib.instruction(c.data),
+                                             examples=examples), "```",
             "It answers as `<reasoning>...</reasoning>` then `<answer>...</answer>`."]
   if examples:
     plural = "s" if len(examples) > 1 else ""

@@ -64,6 +64,7 @@ from tunix.generate import tokenizer_adapter
 from tunix.models.gemma3 import model as gemma3
 from tunix.rl.rollout import base_rollout
 
+from gemma_grpo import distributed
 from gemma_grpo import gemma3_rl
 from gemma_grpo import logprobs
 from gemma_grpo import lora
@@ -734,6 +735,10 @@ class GroupedRollout(base_rollout.BaseRollout):
       if int(t) >= new_tokens or not paused.any():
         break
       turns.resume(np.asarray(jax.device_get(carry[1])), int(t), paused)
+      # Every process runs the calls, as it runs the reward functions; process
+      # 0's results are fed to all, so a tool that answers differently in
+      # another process cannot make their programs' inputs differ.
+      turns.forced_BxT = distributed.from_chief(turns.forced_BxT)
     _, tokens_BxT, logps_BxT, _, _, _, full_heads = carry
     return turns, jax.device_get((tokens_BxT, logps_BxT, full_heads))
 

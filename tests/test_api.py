@@ -38,3 +38,23 @@ def test_bad_overrides_raise_the_one_line_user_error():
     api.load_config("configs/tiny.py", {"train.max_steps": 0})
   assert api.load_config("configs/tiny.py", {"rollout.temperature": 0.5}).rollout.temperature == 0.5
 
+
+
+def shout(arguments: str) -> str:
+  """A module-level tool: loadable again by its import path."""
+  return arguments.upper()
+
+
+def test_use_tools_names_each_tool_by_its_import_path():
+  c = api.load_config("configs/tiny.py")
+  from gemma_grpo import tools  # pylint: disable=g-import-not-at-top
+
+  assert api.use_tools(c, tools.calculator, shout) is c
+  assert c.rollout.tools == "calculator,test_api:shout"
+  assert tools.load_tools(c.rollout.tools)["shout"]("hi") == "HI"
+
+
+def test_use_tools_refuses_a_tool_that_cannot_be_loaded_again_by_name():
+  c = api.load_config("configs/tiny.py")
+  with pytest.raises(errors.UserError, match="rollout.tools: .* is not a module-level function"):
+    api.use_tools(c, lambda arguments: arguments)

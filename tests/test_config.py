@@ -9,7 +9,8 @@ from gemma_grpo import errors
 
 CONFIGS = ["configs/tiny.py", "configs/gemma3_270m.py", "configs/gemma3_1b.py",
            "configs/gemma3_270m_sft.py", "configs/gemma3_270m_sft_grpo.py",
-           "configs/gemma3_270m_dapo.py"]
+           "configs/gemma3_270m_dapo.py", "configs/gemma3_270m_tools.py",
+           "configs/gemma3_270m_tools_off.py"]
 
 
 @pytest.fixture
@@ -113,6 +114,21 @@ def test_validation_names_field_value_and_fix(tiny, field, value, needle):
     tiny[section][key] = value
   lines = _invalid(tiny)
   assert any(needle in line for line in lines), lines
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("rollout.engine", "tunix", "rollout.tools='calculator' needs rollout.engine='grouped'"),
+    ("rollout.max_tool_calls", 0, "rollout.max_tool_calls=0: must be >= 1 with rollout.tools set"),
+    ("rollout.tool_time_limit", 0.0, "rollout.tool_time_limit=0.0: must be > 0 seconds"),
+])
+def test_tool_settings_are_checked_when_tools_are_on(tiny, field, value, needle):
+  section, key = field.split(".")
+  tiny.rollout.tools = "calculator"
+  tiny[section][key] = value
+  lines = _invalid(tiny)
+  assert any(needle in line for line in lines), lines
+  tiny.rollout.tools = ""
+  config_lib.validate(tiny, num_devices=1)  # without tools the settings are idle
 
 
 def test_bfloat16_decoding_needs_the_grouped_engine(tiny):

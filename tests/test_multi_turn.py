@@ -1,12 +1,15 @@
 """Tool calls inside completions: the pause test, the host's turns, and the engine resuming."""
 
+import json
+
 import jax
 import numpy as np
 import pytest
 from tunix.generate import tokenizer_adapter
 
-from conftest import device_mesh
+from conftest import device_mesh, run_cli, start_processes, wait_all
 from configs import tiny
+from gemma_grpo import metrics
 from gemma_grpo import model_loading
 from gemma_grpo import multi_turn
 from gemma_grpo import prompts
@@ -237,3 +240,62 @@ def test_an_engine_without_tools_takes_no_turns(tiny_model):
   with mesh:
     engine.generate(DISTINCT, test_rollout.config())
   assert not engine.uses_tools and engine.take_tool_turns() == []
+
+
+# --- From the command line, on the tiny config ------------------------------------
+
+
+@pytest.mark.slow
+def test_a_run_with_tools_trains_evaluates_and_reports_them(tmp_path):
+  """The tool path end to end (the tiny random model rarely writes a call, so
+  this checks the plumbing; the 270M tests below make real calls)."""
+  workdir = tmp_path / "run"
+  run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
+           "--config.rollout.tools=calculator", "--config.train.max_steps=1",
+           "--config.eval.every_steps=1", "--config.rewards.weights.tool_errors=1.0"])
+  row = metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")[-1]
+  for key in ("tools/train/calls_per_completion", "tools/train/failed_frac",
+              "rewards/train/tool_errors", "eval/tool_use_rate"):
+    assert key in row, key
+  run_cli(["eval", "--workdir", str(workdir), "--num-test", "2", "--out", str(tmp_path / "eval")])
+  report = json.loads((tmp_path / "eval" / "eval.json").read_text())
+  assert report["settings"]["decoding"]["tools"] == "calculator"  # evaluated as trained
+  assert "tool_calls_per_completion" in report["metrics"]
+
+
+def test_a_tool_that_cannot_be_loaded_stops_train_in_one_line(tmp_path):
+  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(tmp_path / "run"),
+                  "--config.rollout.tools=calculator,no_such_module_xyz:f"], check=False)
+  assert proc.returncode == 2
+  errors_ = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+  assert len(errors_) == 1 and errors_[0].startswith("error: rollout.tools: "), proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr
+  assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+# --- On a mesh of two processes, with the real 270M calling the calculator -------
+
+TOOL_RUN = ["train", "--config", "tests/tools_config.py", "--config.mesh.fsdp=2",
+            "--config.mesh.tp=1"]
+
+
+def _rows(workdir):
+  return {row["step"]: row for row in metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")}
+
+
+@pytest.mark.slow
+def test_two_processes_call_the_tools_as_one_process_does(tmp_path):
+  """Each process runs the tool loop over the same rows; the step equals one
+  process's with two devices: the same rewards, calls and lengths, and the loss."""
+  one = tmp_path / "one"
+  run_cli([*TOOL_RUN, "--workdir", str(one)], devices=2, timeout=900)
+  procs = start_processes([*TOOL_RUN, "--workdir", str(tmp_path / "two")], devices=1,
+                          logdir=tmp_path / "logs")
+  codes = wait_all(procs, timeout=900)
+  assert codes == [0, 0], [(tmp_path / "logs" / f"p{r}.err").read_text()[-3000:] for r in (0, 1)]
+  single, double = _rows(one)[1], _rows(tmp_path / "two")[1]
+  assert single["tools/train/calls_per_completion"] > 0.5  # the loop ran, on most rows
+  for key in ("rewards/train/sum", "tools/train/calls_per_completion",
+              "tools/train/failed_per_completion", "completions/train/mean_length"):
+    assert double[key] == single[key], key
+  assert double["actor/train/loss"] == pytest.approx(single["actor/train/loss"], rel=1e-4, abs=1e-7)
