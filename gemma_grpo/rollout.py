@@ -29,7 +29,7 @@ trainer and the reference pass stay in the model's own dtype, so the samples
 come from a policy that differs from the trained one by bfloat16 rounding;
 `return_logprobs` gives the decode loop's own log-probabilities of the drawn
 tokens: the learner divides by them in the importance ratio (the sampler is
-the behaviour policy), and bench/decode_precision.py measures the difference.
+the behaviour policy); BENCHMARKS.md, "Decode in bfloat16", measures the difference.
 
 The float32 LM head (the tied embedding, 671 MB for the 270M) is the largest
 read of a decode step. With top-k sampling or greedy decoding only the k
@@ -44,6 +44,11 @@ Sampling follows Tunix's sampler: temperature, then top-k, then top-p over the
 sorted top-k; greedy when temperature is 0 or top_p is None. Completions stop
 at the first stop token (excluded from the returned tokens) or at
 `max_tokens_to_generate`.
+
+With tools (`tool_runner`), completions are multi-turn: the decode loop
+pauses where a row may have closed a tool call, the host runs it, and the
+result's tokens are fed into the row's next slots (multi_turn.py). Without
+tools the loop is traced exactly as the one-turn loop.
 
 Shapes: B rows, U distinct prompts of R rows each, P prompt width, T new
 tokens, S = P + T, D model width, N query heads, K key/value heads, G = N / K,
@@ -108,10 +113,9 @@ class LayerShape:
 
 DECODE_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 SCREEN_SETTINGS = ("auto", "on", "off")  # rollout.screen_lm_head; see _screened_top
-# The CPUs on which the screen measured faster: x86 with AMX (an Intel Xeon,
-# 1.21-1.42x a decode token). On an AMD EPYC with AVX512_BF16 and no AMX its
-# bfloat16 head read no faster than the float32 one and the screen gave
-# 0.94x and 1.05x (BENCHMARKS.md, "The LM head's screen in decode").
+# The CPUs on which the screen measured faster: x86 with AMX. Without AMX a
+# bfloat16 head reads no faster than the float32 one, so the screen only adds
+# work (BENCHMARKS.md, "The LM head's screen in decode").
 _SCREEN_CPU_FLAGS = ("amx_bf16",)
 
 
@@ -136,11 +140,9 @@ def _project(x_BxI, w_OxI):
   Weights are laid out [out, in]. XLA:CPU's float32 dot writing [B, O]
   reads them well below the streaming rate, writing [O, B] near it; the
   barrier keeps XLA from folding the transpose back into the dot. A
-  bfloat16 weight is fastest writing [B, O] directly. Per token of 8 rows of
-  the 270M, the layers' projections took 28 against 39 ms in float32 and 15
-  against 25 ms in bfloat16 against their [in, out] layout
-  (bench/decode_dots.py; docs/results). The LM head has its own
-  `_head_logits`.
+  bfloat16 weight is fastest writing [B, O] directly. Both beat the
+  [in, out] layout (BENCHMARKS.md, "The LM head in decode, and attention";
+  bench/studies/decode_dots.py). The LM head has its own `_head_logits`.
   """
   x_BxI, dtype = x_BxI.astype(w_OxI.dtype), x_BxI.dtype
   if w_OxI.dtype != jnp.float32:
@@ -152,13 +154,11 @@ def _project(x_BxI, w_OxI):
 def _head_logits(normed_BxD, head_VxD):
   """float32 logits of the LM head [V, D], written [V, B] behind a barrier in any dtype.
 
-  In float32 this is _project's form (40 against 60 ms a token for [B, V],
-  bench/lm_head.py). Unlike the layers' bfloat16 projections, the head's
-  262,144 outputs are faster written vocabulary-major in bfloat16 too: in
-  the bfloat16 engine's trace, 48 ms a token for the [B, V] form against 35
-  ms for the same dot written [V, B] for the float32 engine's screen
-  (2026-12-03, a slow hour; BENCHMARKS.md, "Decode in bfloat16"). The
-  screen and the float32 head both go through here.
+  In float32 this is _project's form. Unlike the layers' bfloat16
+  projections, the head's 262,144 outputs are faster written
+  vocabulary-major in bfloat16 too (BENCHMARKS.md, "Decode in bfloat16" and
+  "The LM head in decode, and attention"). The screen and the float32 head
+  both go through here.
   """
   logits_VxB = jnp.einsum("bi,vi->vb", normed_BxD.astype(head_VxD.dtype), head_VxD,
                           preferred_element_type=jnp.float32)
@@ -240,7 +240,7 @@ def _decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, positio
   Each cache is one array across layers: XLA:CPU then updates the
   completion's in place inside the decode loop, where per-layer arrays were
   copied four times per token. Keys are stored slots-minor ([H, S] per row):
-  XLA:CPU's query-key dot reads that layout faster (bench/engine_ab.py,
+  XLA:CPU's query-key dot reads that layout faster (bench/studies/engine_ab.py,
   docs/results/engine_ab/).
   """
   batch = x_BxD.shape[0]
@@ -364,10 +364,11 @@ def screen_width(sampling: Sampling, vocab_size: int) -> int:
   """Candidates the bfloat16 screen keeps for `sampling`; 0 where it cannot help.
 
   The exact top-k must lie among them and be provably so (`_screened_top`).
-  For k = 50 on the 270M's rollouts, 128 candidates left 3-7 of 63 decode
-  steps unproved (each then computes the whole head; ad hoc), 256 left 0-2
-  (bench/lm_head_screen.py counts them; docs/results/lm_head_screen). Sampling from the whole vocabulary
-  (no top-k) needs every logit, so it gets no screen.
+  Too few candidates leave steps unproved, each of which then computes the
+  whole head; SCREEN_MIN_WIDTH leaves almost none for k = 50
+  (bench/studies/lm_head_screen.py counts them; docs/results/lm_head_screen).
+  Sampling from the whole vocabulary (no top-k) needs every logit, so it
+  gets no screen.
   """
   k = 1 if sampling.greedy else sampling.top_k
   if not k:
@@ -398,9 +399,8 @@ def _screen_candidates(screen_BxV, width: int):
   """Per row, the ids of the `width` largest screen logits (in no set
   order), and a bound that every other token's screen logit is at most.
 
-  Blockwise, half the time of top_k over the vocabulary (4.1 against
-  9.1 ms for 8 rows and 256 candidates, ad hoc): the `width` best blocks by
-  their maxima hold every one of the `width` best tokens (each such block's
+  Blockwise, because XLA:CPU's top_k over the whole vocabulary is slow:
+  the `width` best blocks by their maxima hold every one of the `width` best tokens (each such block's
   maximum is at least the width-th best token, and at most `width` blocks
   can hold one), so the best `width` of those blocks' tokens are the
   vocabulary's. Tokens outside those blocks are at most the width-th block
@@ -410,7 +410,7 @@ def _screen_candidates(screen_BxV, width: int):
   if vocab % SCREEN_BLOCK or vocab // SCREEN_BLOCK < width:
     top_BxW, candidates_BxW = jax.lax.top_k(screen_BxV, width)
     # The min, not the last column: reading that makes XLA:CPU sort the
-    # whole vocabulary instead (0.8 s a token).
+    # whole vocabulary instead.
     return jnp.min(top_BxW, axis=-1), candidates_BxW
   blocks_BxNxC = screen_BxV.reshape(batch, vocab // SCREEN_BLOCK, SCREEN_BLOCK)
   block_max_BxW, block_BxW = jax.lax.top_k(blocks_BxNxC.max(axis=-1), width)
@@ -436,8 +436,7 @@ def _screened_top(normed_BxD, head_VxD, screen_VxD, head_norm_max, k: int, width
   logits are flat beyond the candidates) this step computes the whole
   float32 head, as without the screen.
   """
-  # Written [V, B] (_head_logits): 7.0 against 7.5 s for the workload's
-  # rollout, ad hoc.
+  # Written [V, B] (_head_logits), the faster form for the head's outputs.
   beyond_B, candidates_BxW = _screen_candidates(_head_logits(normed_BxD, screen_VxD), width)
   exact_BxW = jnp.einsum("bd,bwd->bw", normed_BxD, head_VxD[candidates_BxW])
   top_BxK, at_BxK = jax.lax.top_k(exact_BxW, k)
