@@ -102,6 +102,47 @@ def accuracy(results: pathlib.Path) -> str:
   return "\n".join(lines)
 
 
+def _interval(base: list[dict], new: list[dict]) -> str:
+  """new - base accuracy in points with its 95% paired-bootstrap interval."""
+  questions = sorted({s["question"] for s in base})
+  diff, low, high = scoring.paired_bootstrap(
+      [scoring.per_problem_accuracy(base)[q] for q in questions],
+      [scoring.per_problem_accuracy(new)[q] for q in questions])
+  return f"{diff * 100:+.1f} points [{low * 100:+.1f}, {high * 100:+.1f}]"
+
+
+def tools(results: pathlib.Path) -> str:
+  """bench/tools.py: each arm at its start and end, per seed, and the paired differences."""
+  lines = ["| seed | run | step | accuracy (solved) | exact format | tool calls per completion"
+           " | failed calls per completion | against | difference, 95% paired-bootstrap interval"
+           " | wall time |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+  for tool_run in _seeds(results / "tool"):
+    seed = tool_run.name.split("_")[1]
+    plain_run = results / "no_tool" / tool_run.name
+    runs = [("tool", tool_run)] + ([("no tool", plain_run)] if plain_run.exists() else [])
+    ends = {arm: (_evals(run)[0], _evals(run)[-1]) for arm, run in runs}
+    for arm, run in runs:
+      wall = json.loads((run / "wall_time.json").read_text())["seconds"] / 60
+      for directory in ends[arm]:
+        m, samples = _metrics(directory), _samples(directory)
+        step = int(directory.name.split("_")[1])
+        against = difference = ""
+        if arm == "tool" and step:
+          against, difference = "tool, step 0", _interval(_samples(ends["tool"][0]), samples)
+          if "no tool" in ends:
+            against += "; no tool, same step"
+            difference += "; " + _interval(_samples(ends["no tool"][1]), samples)
+        calls = m.get("tool_calls_per_completion")
+        failed = m.get("failed_tool_calls_per_completion")
+        lines.append(
+            f"| {seed} | {arm} | {step} | {m['accuracy']:.1%}"
+            f" ({sum(bool(s['correct']) for s in samples)}/{len(samples)})"
+            f" | {m['format_accuracy']:.1%} | {'-' if calls is None else f'{calls:.2f}'}"
+            f" | {'-' if failed is None else f'{failed:.2f}'} | {against} | {difference}"
+            f" | {f'{wall:.1f} min' if step else ''} |")
+  return "\n".join(lines)
+
+
 GSM8K_MODELS = {"base": "eval_base", "SFT": "eval_sft", "SFT + GRPO": "eval_sft_grpo"}
 GSM8K_SLICES = {"1-128": range(0, 128), "129-256": range(128, 256), "1-256": range(0, 256)}
 GSM8K_PAIRS = (("base", "SFT"), ("SFT", "SFT + GRPO"), ("base", "SFT + GRPO"))
@@ -258,6 +299,7 @@ TABLES: dict[str, tuple[Callable[[pathlib.Path], str], str]] = {
     "plan_calibration": (plan_calibration, "docs/results/plan"),
     "first_command": (first_command, "docs/results/first_command"),
     "accuracy": (accuracy, "docs/results/accuracy"),
+    "tools": (tools, "docs/results/tools"),
     "gsm8k_models": (gsm8k_models, "docs/results/gsm8k"),
     "gsm8k_comparisons": (gsm8k_comparisons, "docs/results/gsm8k"),
     "gsm8k_readme": (gsm8k_readme, "docs/results/gsm8k"),

@@ -282,7 +282,7 @@ def from_chief(array: np.ndarray) -> np.ndarray:
     return array
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
-  return np.asarray(multihost_utils.broadcast_one_to_all(array))
+  return np.array(multihost_utils.broadcast_one_to_all(array))  # writable, as given
 
 
 def largest(value: int) -> int:
