@@ -56,6 +56,9 @@ def get_config():
   c.rollout.max_new_tokens = 96  # tool results included
   c.rollout.kv_cache_size = 544
   c.eval.max_new_tokens = 96
+  # One problem's 8 completions per forward/backward: with the examples'
+  # 448-token prompt, the whole batch in one pass peaked at 16 GB.
+  c.train.micro_batch_size = 1
   c.rewards.weights.tool_errors = 1.0
   # Few samples call the tool at first (6% at temperature 0.9 on 128):
   # a larger step than the first command's 2e-5 spreads them in fewer steps.
