@@ -110,7 +110,7 @@ def test_bad_reasoning_gym_options_name_the_field():
 def test_few_shot_examples_are_earlier_turns_of_the_same_chat():
   examples = (("Solve for x: x + 1 = 3", "x = 3 - 1 = 2.", "2"),)
   problem = data.with_examples([data.Problem("Solve for y: y - 2 = 5", "7")],
-                               ml_collections.ConfigDict(dict(few_shot=examples)))[0]
+                               ml_collections.ConfigDict(dict(few_shot=examples, instruction="")))[0]
   assert problem.prompt == (
       "<start_of_turn>user\n" + prompts.SYSTEM_INSTRUCTION + "\n\nSolve for x: x + 1 = 3<end_of_turn>\n"
       "<start_of_turn>model\n<reasoning>x = 3 - 1 = 2.</reasoning>\n<answer>2</answer><end_of_turn>\n"
@@ -119,6 +119,15 @@ def test_few_shot_examples_are_earlier_turns_of_the_same_chat():
   assert data.Problem("q", "1").prompt == prompts.render_prompt("q")
   # The example turns render exactly as SFT's targets do.
   assert prompts.render_answer("x = 3 - 1 = 2.", "2") + prompts.END_OF_TURN in problem.prompt
+
+
+def test_data_instruction_replaces_the_default_one_atop_the_first_turn():
+  c = ml_collections.ConfigDict(dict(few_shot=(), instruction="Use the calculator."))
+  problem = data.with_examples([data.Problem("What is 2 * 3?", "6")], c)[0]
+  assert problem.prompt == ("<start_of_turn>user\nUse the calculator.\n\nWhat is 2 * 3?<end_of_turn>\n"
+                            "<start_of_turn>model\n")
+  c.instruction = ""
+  assert prompts.SYSTEM_INSTRUCTION in data.with_examples([problem], c)[0].prompt
 
 
 def test_split_prompts_carry_the_examples_and_count_toward_the_limit(tmp_path):
@@ -164,7 +173,7 @@ def _splits_config(path, **overrides):
   c = ml_collections.ConfigDict(dict(
       source=str(path), split="train", num_heldout=2, max_examples=0, heldout_unseen_by="none",
       shuffle_seed=42, reasoning_gym_size=10, reasoning_gym_seed=1,
-      reasoning_gym_options=ml_collections.ConfigDict(), few_shot=(),
+      reasoning_gym_options=ml_collections.ConfigDict(), few_shot=(), instruction="",
   ))
   c.update(overrides)
   return c
