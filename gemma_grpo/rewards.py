@@ -48,7 +48,6 @@ Presets weight the raw values (`build_reward_fns` applies them):
 from collections.abc import Callable, Mapping, Sequence
 import enum
 import functools
-import importlib
 import logging
 import math
 import numbers
@@ -56,6 +55,7 @@ from typing import Any
 
 from gemma_grpo import answers
 from gemma_grpo import tools
+from gemma_grpo import user_code
 
 RewardFn = Callable[..., list[float]]
 Texts = Sequence[str]  # Tunix's batch columns; junk input is scored too.
@@ -387,17 +387,7 @@ def load_custom(spec: str) -> list[RewardFn]:
   for item in (part.strip() for part in (spec or "").split(",")):
     if not item:
       continue
-    module_name, _, attr = item.partition(":")
-    if not module_name or not attr:
-      raise ValueError(f"rewards.custom: {item!r} is not 'module:function'")
-    try:
-      module = importlib.import_module(module_name)
-    except ImportError as e:
-      raise ValueError(f"rewards.custom: cannot import {module_name!r} ({e}); is it on"
-                       " PYTHONPATH?") from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-      raise ValueError(f"rewards.custom: {module_name} has no function {attr!r}")
+    fn = user_code.named_function(item, "rewards.custom")
     if fn.__name__ in REWARD_FUNCTIONS or fn.__name__ in (f.__name__ for f in fns):
       raise ValueError(f"rewards.custom: {item!r} clashes with another reward named "
                        f"{fn.__name__!r} (metrics are keyed by name); rename it")

@@ -19,10 +19,11 @@ import ast
 from collections.abc import Callable, Mapping
 import dataclasses
 import fractions
-import importlib
 import operator
 import re
 import threading
+
+from gemma_grpo import user_code
 
 CALL_START = "<tool_call>"
 CALL_END = "</tool_call>"
@@ -174,17 +175,7 @@ def load_tools(spec: str) -> dict[str, ToolFn]:
                          f"({', '.join(BUILTIN_TOOLS)}) nor 'module:function'")
       name, fn = item, BUILTIN_TOOLS[item]
     else:
-      module_name, _, attr = item.partition(":")
-      if not module_name or not attr:
-        raise ValueError(f"rollout.tools: {item!r} is not 'module:function'")
-      try:
-        module = importlib.import_module(module_name)
-      except ImportError as e:
-        raise ValueError(f"rollout.tools: cannot import {module_name!r} ({e}); is it on"
-                         " PYTHONPATH?") from None
-      fn = getattr(module, attr, None)
-      if not callable(fn):
-        raise ValueError(f"rollout.tools: {module_name} has no function {attr!r}")
+      fn = user_code.named_function(item, "rollout.tools")
       name = getattr(fn, "__name__", "")
       if not _NAME.fullmatch(name):
         raise ValueError(f"rollout.tools: {item!r} is named {name!r}, which a call cannot"
