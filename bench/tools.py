@@ -1,6 +1,6 @@
 """What does the calculator gain? The tool benchmark of RESULTS.md.
 
-  python bench/tools.py --seeds 0 1 --out docs/results/tools
+  python bench/tools.py --seeds 0 1 --steps 20 --out docs/results/tools
 
 Per seed S (rollout.seed = lora.seed = S), two runs with the same task, data,
 steps and seed, each evaluated greedily on the same 200 held-out products
@@ -83,7 +83,7 @@ def summarize(out: pathlib.Path, seeds: list[int]) -> None:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-  parser.add_argument("--steps", type=int, default=30, help="updates per run")
+  parser.add_argument("--steps", type=int, default=20, help="updates per run")
   parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
   parser.add_argument("--out", type=pathlib.Path, default=REPO / "docs/results/tools")
   parser.add_argument("--summarize-only", action="store_true",
