@@ -46,7 +46,7 @@ WEIGHT_DECAY = 0.1  # configs/base.py's AdamW; TRL is set to match
 ADAM_B1, ADAM_B2 = 0.9, 0.99
 LORA_RANK, LORA_ALPHA = 32, 32.0
 WARMUP_STEPS = 1
-REWARD_PRESET = "guarded"  # gemma_grpo.rewards; both frameworks score with it
+REWARD_PRESET = "guarded"  # gemma_grpo.tasks.rewards; both frameworks score with it
 
 
 def gib(num_bytes: float) -> float:
@@ -94,8 +94,8 @@ def write_jsonl(records: Sequence[dict], path: pathlib.Path) -> pathlib.Path:
 
 def prompt_lengths(records: Sequence[dict], tokenizer_dir: pathlib.Path) -> list[int]:
   """Tokens of each rendered prompt, <bos> included (what both frameworks feed)."""
-  from gemma_grpo import prompts  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import prompts  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   tok = tokenizer_lib.load(tokenizer_dir)
   return [len(tok.encode(prompts.render_prompt(r["question"]))) for r in records]
@@ -107,7 +107,7 @@ def prompt_lengths(records: Sequence[dict], tokenizer_dir: pathlib.Path) -> list
 def offline_270m_dir() -> pathlib.Path:
   """The converted Gemma-3-270M HF directory (converted once, then cached)."""
   from configs import base  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
   return model_loading.offline_270m_dir(base.get_config().model)
 
@@ -285,7 +285,7 @@ def phases(step: float | None, rollout: float | None, reference: float | None) -
 
 def ours_steps(workdir: pathlib.Path) -> list[dict]:
   """Per-step timings of a gemma-grpo run, from its metrics.jsonl."""
-  from gemma_grpo import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
 
   path = workdir / "tensorboard" / "metrics.jsonl"
   if not path.exists():

@@ -41,9 +41,9 @@ def equation(question: str) -> str:
 def trained_equations(max_steps: int, c=None) -> set[str]:
   """The equations of every problem the run of config `c` (default: the command's) draws for training."""
   from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import data  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import data  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   c = c or gemma3_270m.get_config()
   tok = tokenizer_lib.load(model_loading.offline_270m_dir(c.model))

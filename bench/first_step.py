@@ -57,7 +57,7 @@ FIRST_STEP = re.compile(r"step 1: the first step, compilation included \(([\d.]+
 # lines that open and close step 1, written as JSON to $COMPILE_SPANS at exit.
 TRAIN_WITH_SPANS = """
 import atexit, json, logging, os, sys
-from gemma_grpo import train  # first: importing jax before it left stderr without the INFO lines (seen, not traced)
+from gemma_grpo.commands import train  # first: importing jax before it left stderr without the INFO lines (seen, not traced)
 from jax import monitoring
 spans, marks = [], {}
 monitoring.register_event_time_span_listener(
@@ -103,7 +103,7 @@ def compile_breakdown(recorded: dict) -> dict:
 
 
 def run(cache_dir: pathlib.Path, workdir: pathlib.Path, steps: int, start_eval: bool) -> dict:
-  from gemma_grpo import metrics  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import metrics  # pylint: disable=g-import-not-at-top
 
   spans_file = workdir.parent / f"{workdir.name}_spans.json"
   proc = subprocess.run(

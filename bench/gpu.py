@@ -7,7 +7,7 @@ downloaded: the weights are random (Gemma-3-1B shapes, bfloat16) and the
 tokenizer is a synthetic word-level one with Gemma's special-token ids, built
 in a temporary directory, so neither the GGUF nor the hub nor GSM8K is needed.
 
-It runs the real trainer in this process (`gemma_grpo.train.main` with
+It runs the real trainer in this process (`gemma_grpo.commands.train.main` with
 configs/gemma3_1b.py and `--config.model.source=random` plus the 1B shapes as
 `--config.model.random.*` overrides), 1 warm-up + --steps timed steps of 4
 prompts x 2 generations x 512 new tokens (the 1B config's workload), prompts
@@ -25,7 +25,7 @@ H heads of size Dh, d model width, V vocabulary, r the LoRA rank:
   forward   F = 2 N S  +  4 L S^2 H Dh  +  2 d V T
             (projections; Q K^T and A V over the dense S x S mask the model
             computes; the tied LM head on the T completion positions only, as
-            gemma_grpo.logprobs does)
+            gemma_grpo.rl.logprobs does)
   reference = F (frozen base model, no gradient)
   train     = 2 (2 N S + 2 d V T) + 3 (4 L S^2 H Dh) + 6 N_lora S
             frozen weights need only activation gradients in the backward pass
@@ -137,8 +137,8 @@ def synthetic_problems(path: pathlib.Path, tokenizer_dir: pathlib.Path, n: int,
   """GSM8K-format problems whose rendered prompt is exactly `prompt_tokens` tokens."""
   import random  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import prompts  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import prompts  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   tok = tokenizer_lib.load(tokenizer_dir)
   rng = random.Random(0)
@@ -206,8 +206,8 @@ def main(argv=None) -> int:
     data = synthetic_problems(work / "problems.jsonl", tokenizer_dir,
                               args.batch_size * (args.steps + common.WARMUP_STEPS),
                               args.prompt_tokens)
-    from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
-    from gemma_grpo import train  # pylint: disable=g-import-not-at-top
+    from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
+    from gemma_grpo.commands import train  # pylint: disable=g-import-not-at-top
 
     # Random weights take their tokenizer from the offline 270M directory;
     # point that at the synthetic one so nothing is converted or downloaded.

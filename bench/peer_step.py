@@ -13,7 +13,7 @@ iteration, AdamW 3e-6, clip 0.1, the guarded reward preset on both sides.
 Each framework runs in a fresh child process, one after the other, so its
 peak RSS is its own (wait4 on that child). Both get the same 4 x (steps + 1)
 problems, the first of GSM8K test in file order, rendered by
-gemma_grpo.prompts.render_prompt and tokenized identically (TRL gets the plain
+gemma_grpo.tasks.prompts.render_prompt and tokenized identically (TRL gets the plain
 string; trl_step.py checks the token ids match). TRL takes them in file order;
 gemma-grpo's loader shuffles its training set with data.shuffle_seed, so it
 sees the same problems grouped differently. gemma-grpo pads every prompt to

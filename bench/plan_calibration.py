@@ -37,7 +37,7 @@ def plan_command(width: int, machine: dict, data: pathlib.Path, out: pathlib.Pat
   train = common.ours_command(workdir=out.parent / "unused", data=data,
                               model_source="gguf:gemma-3-270m", steps=1, prompt_length=width)
   flags = [a for a in train if a.startswith("--config.")]
-  return [sys.executable, "-m", "gemma_grpo.cli", "plan", "--config",
+  return [sys.executable, "-m", "gemma_grpo.commands.cli", "plan", "--config",
           str(REPO / "configs" / "gemma3_270m.py"), "--topology", "cpu",
           "--cpu-flops", str(machine["matmul_flops_per_s"]),
           "--cpu-bandwidth", str(machine["bandwidth_bytes_per_s"]), "--json", str(out), *flags]

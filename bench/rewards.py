@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gemma_grpo import rewards  # pylint: disable=g-import-not-at-top
+from gemma_grpo.tasks import rewards  # pylint: disable=g-import-not-at-top
 
 _WORDS = ("she buys packs of pens so each pack costs dollars and the total is "
           "then we add subtract multiply half twice remaining").split()

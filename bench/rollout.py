@@ -6,14 +6,14 @@ and 5 timed rollouts per side); --smoke does the same on a random 2-layer
 Gemma-3 (timings meaningless).
 
 The batch of one GRPO step: the first 4 GSM8K test problems rendered by
-gemma_grpo.prompts.render_prompt, each repeated 2 times (8 sequences), exactly
+gemma_grpo.tasks.prompts.render_prompt, each repeated 2 times (8 sequences), exactly
 64 new tokens each (the stop tokens <eos>/<end_of_turn> are forbidden on both
 sides: `forbidden_tokens` in Tunix, min_new_tokens in HF), temperature 0.9,
 top_k 50, float32 on CPU, prompts left-padded to the longest of the batch.
 
-  ours  gemma_grpo.model_loading.build + gemma_grpo.lora.apply (the policy the trainer
+  ours  gemma_grpo.model.model_loading.build + gemma_grpo.model.lora.apply (the policy the trainer
         samples from: LoRA r=32 on every projection, B = 0 at start) driven
-        by the trainer's rollout engine, gemma_grpo.rollout.GroupedRollout
+        by the trainer's rollout engine, gemma_grpo.rl.rollout.GroupedRollout
         (--engine tunix: Tunix's tunix.generate.sampler.Sampler with the KV
         cache sized to prompt + completion). Ours never stops early (no stop
         token is a stop for it); Tunix's forbids the stop tokens
@@ -40,7 +40,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import common  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-STOP_TOKEN_IDS = (1, 106)  # <eos>, <end_of_turn>: gemma_grpo.tokenizer.stop_token_ids
+STOP_TOKEN_IDS = (1, 106)  # <eos>, <end_of_turn>: gemma_grpo.model.tokenizer.stop_token_ids
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -66,7 +66,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def batch_texts(n_prompts: int, generations: int) -> list[str]:
   """Each prompt repeated `generations` times in a row, as a GRPO rollout batch."""
-  from gemma_grpo import prompts  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import prompts  # pylint: disable=g-import-not-at-top
 
   records = common.gsm8k_records(n_prompts)
   return [prompts.render_prompt(r["question"]) for r in records for _ in range(generations)]
@@ -75,9 +75,9 @@ def batch_texts(n_prompts: int, generations: int) -> list[str]:
 def build_policy(model_dir: pathlib.Path):
   """(actor, tokenizer, mesh): the workload's LoRA policy, as the trainer samples from it."""
   from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
   c = gemma3_270m.get_config()
   with c.unlocked():
@@ -122,7 +122,7 @@ def _time_grouped(args, texts, actor, tokenizer, mesh, prompt_width: int) -> dic
   import jax  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import rollout  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
 
   engine = rollout.GroupedRollout(actor, tokenizer, mesh,
                                   lora_scale=common.LORA_ALPHA / common.LORA_RANK)

@@ -25,7 +25,7 @@ Settings that matter for fairness: float32 (bf16=False, TRL's default is bf16;
 gradient_checkpointing=False (TRL's default is True; gemma-grpo does not
 rematerialise layers), loss_type="grpo" (sequence-mean token-mean, as ours),
 min_new_tokens=64 so every completion is exactly 64 tokens, file order
-(shuffle_dataset=False), the same `gemma_grpo.rewards` guarded preset.
+(shuffle_dataset=False), the same `gemma_grpo.tasks.rewards` guarded preset.
 """
 
 from __future__ import annotations
@@ -69,9 +69,9 @@ def build_trainer(args, records: list[dict], workdir: str):
   import transformers  # pylint: disable=g-import-not-at-top
   import trl  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import prompts  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import rewards  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import data as data_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import prompts  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import rewards  # pylint: disable=g-import-not-at-top
 
   class TimedGRPOTrainer(trl.GRPOTrainer):
     """Adds up, per optimizer step, the seconds of TRL's rollout and reference."""
@@ -200,8 +200,8 @@ def check_tokens(model_dir: pathlib.Path, records: list[dict]) -> int:
   """Prompts that TRL's tokenizer and gemma-grpo's tokenize differently."""
   import transformers  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import prompts  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import prompts  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   hf = transformers.AutoTokenizer.from_pretrained(str(model_dir))
   ours = tokenizer_lib.load(model_dir)

@@ -54,10 +54,10 @@ from tunix.models.gemma3 import model as gemma3
 sys.path.append(str(pathlib.Path(__file__).resolve().parents[1]))
 
 from configs import base  # pylint: disable=g-import-not-at-top,wrong-import-position
-from gemma_grpo import gemma3_rl
-from gemma_grpo import lora
-from gemma_grpo import losses
-from gemma_grpo import mesh as mesh_lib
+from gemma_grpo.model import gemma3_rl
+from gemma_grpo.model import lora
+from gemma_grpo.rl import losses
+from gemma_grpo.runtime import mesh as mesh_lib
 
 PROMPTS, GENERATIONS, NEW_TOKENS, PAD = 4, 2, 64, 0
 

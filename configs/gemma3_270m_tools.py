@@ -7,9 +7,9 @@ Multi-digit products from reasoning-gym ("Solve the following
 multiplication: 4821 * 367. ..."), three or four digits a factor: a task the
 270M base cannot do in its head. The instruction offers a calculator, and one
 of three solved examples calls it, `<tool_call>calculator: 9051 * 736</tool_call>`,
-answered by `<tool_result>6661536</tool_result>` (gemma_grpo/tools.py); the
+answered by `<tool_result>6661536</tool_result>` (gemma_grpo/tasks/tools.py); the
 result tokens are read by the model and masked out of the loss
-(gemma_grpo/multi_turn.py). A failed call costs 0.25 reward
+(gemma_grpo/rl/multi_turn.py). A failed call costs 0.25 reward
 (rewards.tool_errors). The held-out problems are evaluated greedily, with
 the tool, before the first step and after the last; bench/tools.py compares
 this run with the same training without the tool (docs/results/tools,
@@ -21,8 +21,8 @@ problems: accuracy 0% -> 98.5%, every completion calling the calculator
 import ml_collections
 
 from configs import gemma3_270m
-from gemma_grpo import prompts
-from gemma_grpo import tools
+from gemma_grpo.tasks import prompts
+from gemma_grpo.tasks import tools
 
 # The instruction says how to call the calculator; the solved examples show
 # it once, on a product too long to do in one's head, and work two short ones

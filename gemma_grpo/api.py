@@ -25,21 +25,21 @@ from typing import Any, Callable, Mapping, Sequence
 import ml_collections
 
 from gemma_grpo import config as config_lib
-from gemma_grpo import data as data_lib
+from gemma_grpo.tasks import data as data_lib
 from gemma_grpo import errors
-from gemma_grpo import export as export_lib
-from gemma_grpo import eval_generation
-from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import metrics as metrics_lib
-from gemma_grpo import multi_turn
-from gemma_grpo import policy as policy_lib
-from gemma_grpo import rewards
-from gemma_grpo import scoring
+from gemma_grpo.commands import export as export_lib
+from gemma_grpo.rl import eval_generation
+from gemma_grpo.runtime import mesh as mesh_lib
+from gemma_grpo.runtime import metrics as metrics_lib
+from gemma_grpo.rl import multi_turn
+from gemma_grpo.model import policy as policy_lib
+from gemma_grpo.tasks import rewards
+from gemma_grpo.tasks import scoring
 from gemma_grpo import storage
-from gemma_grpo import tokenizer as tokenizer_lib
-from gemma_grpo import tools as tools_lib
-from gemma_grpo import train as train_lib
-from gemma_grpo import workdir_lock
+from gemma_grpo.model import tokenizer as tokenizer_lib
+from gemma_grpo.tasks import tools as tools_lib
+from gemma_grpo.commands import train as train_lib
+from gemma_grpo.runtime import workdir_lock
 
 
 class TrainingStopped(RuntimeError):
@@ -47,7 +47,7 @@ class TrainingStopped(RuntimeError):
 
   def __init__(self, exit_code: int, workdir: pathlib.Path):
     super().__init__(f"training in {workdir} stopped with exit code {exit_code}"
-                     " (see gemma_grpo/train.py); its checkpoints are kept")
+                     " (see gemma_grpo/commands/train.py); its checkpoints are kept")
     self.exit_code = exit_code
 
 

@@ -21,16 +21,16 @@ import ml_collections
 
 from configs import base
 from gemma_grpo import errors
-from gemma_grpo import rewards
+from gemma_grpo.tasks import rewards
 from gemma_grpo import storage
 
 ALGORITHMS = ("grpo", "dapo", "dr_grpo", "gspo")
 GEMMA_VOCAB_SIZE = 262144  # tokens of the Gemma-3 tokenizer
 DTYPES = ("float32", "bfloat16")
-MATMUL_DTYPES = ("float32", "bfloat16")  # gemma_grpo.gemma3_rl.Gemma3.matmul_dtype
+MATMUL_DTYPES = ("float32", "bfloat16")  # gemma_grpo.model.gemma3_rl.Gemma3.matmul_dtype
 ROLLOUT_ENGINES = ("grouped", "tunix")
-DECODE_DTYPES = ("float32", "bfloat16")  # gemma_grpo.rollout.DECODE_DTYPES
-SCREEN_SETTINGS = ("auto", "on", "off")  # gemma_grpo.rollout.SCREEN_SETTINGS
+DECODE_DTYPES = ("float32", "bfloat16")  # gemma_grpo.rl.rollout.DECODE_DTYPES
+SCREEN_SETTINGS = ("auto", "on", "off")  # gemma_grpo.rl.rollout.SCREEN_SETTINGS
 # Module names the LoRA targets regex is matched against (Gemma-3 in Tunix).
 LORA_MODULES = (
     "q_einsum", "kv_einsum", "qkv_einsum", "attn_vec_einsum", "gate_proj",

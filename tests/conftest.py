@@ -66,7 +66,7 @@ def cli_env(devices: int = 1) -> dict[str, str]:
 def run_cli(args: list[str], *, devices: int = 1, timeout: int = 600,
             check: bool = True, env: dict[str, str] | None = None,
             **kwargs) -> subprocess.CompletedProcess:
-  """Runs `python -m gemma_grpo.cli ARGS` in the repo, capturing output.
+  """Runs `python -m gemma_grpo.commands.cli ARGS` in the repo, capturing output.
 
   The process is forked from a server that has imported the CLI's modules
   (tests/forked_cli.py) unless the run needs an environment of its own or
@@ -76,7 +76,7 @@ def run_cli(args: list[str], *, devices: int = 1, timeout: int = 600,
     proc = _forked(args, cwd=REPO, env=cli_env(devices), timeout=timeout)
   else:
     proc = subprocess.run(
-        [sys.executable, "-m", "gemma_grpo.cli", *args],
+        [sys.executable, "-m", "gemma_grpo.commands.cli", *args],
         cwd=REPO, env={**cli_env(devices), **(env or {})}, capture_output=True, text=True,
         timeout=timeout, check=False, **kwargs,
     )
@@ -190,7 +190,7 @@ def start_processes(args: list[str], *, num_processes: int = 2, devices: int = 4
     proc_env = cli_env(devices)
     proc_env.update(env or {})
     procs.append(subprocess.Popen(
-        [sys.executable, "-m", "gemma_grpo.cli", *args, *(extra_args or {}).get(rank, []),
+        [sys.executable, "-m", "gemma_grpo.commands.cli", *args, *(extra_args or {}).get(rank, []),
          "--coordinator", coordinator,
          "--num-processes", str(num_processes), "--process-id", str(rank)],
         cwd=REPO, env=proc_env, stdout=open(logdir / f"p{rank}.out", "w"),

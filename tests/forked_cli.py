@@ -30,10 +30,10 @@ PRELOAD = [
     "jax", "flax.nnx", "optax", "orbax.checkpoint", "grain", "qwix", "tensorboardX",
     "tunix.rl.rl_cluster", "tunix.rl.grpo.grpo_learner", "tunix.sft.peft_trainer",
     "reasoning_gym", "matplotlib.pyplot", "safetensors.numpy", "sentencepiece",
-    "gemma_grpo.cli", "gemma_grpo.train", "gemma_grpo.sft", "gemma_grpo.evaluate",
-    "gemma_grpo.export", "gemma_grpo.plots", "gemma_grpo.learner", "gemma_grpo.cluster",
-    "gemma_grpo.rollout", "gemma_grpo.lora", "gemma_grpo.model_loading", "gemma_grpo.data",
-    "gemma_grpo.checkpoints", "gemma_grpo.step_hooks", "gemma_grpo.guards",
+    "gemma_grpo.commands.cli", "gemma_grpo.commands.train", "gemma_grpo.commands.sft", "gemma_grpo.commands.evaluate",
+    "gemma_grpo.commands.export", "gemma_grpo.commands.plots", "gemma_grpo.rl.learner", "gemma_grpo.rl.cluster",
+    "gemma_grpo.rl.rollout", "gemma_grpo.model.lora", "gemma_grpo.model.model_loading", "gemma_grpo.tasks.data",
+    "gemma_grpo.runtime.checkpoints", "gemma_grpo.rl.step_hooks", "gemma_grpo.runtime.guards",
 ]
 
 _context = None
@@ -49,7 +49,7 @@ def _fork_context():
 
 def _child(argv: list[str] | None, code: str | None, cwd: str, env: dict[str, str],
            out_path: str, err_path: str) -> None:
-  """The forked process: becomes `python -m gemma_grpo.cli ARGV` (or `python -c CODE`) in `cwd`."""
+  """The forked process: becomes `python -m gemma_grpo.commands.cli ARGV` (or `python -c CODE`) in `cwd`."""
   for fd, path in ((1, out_path), (2, err_path)):
     target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(target, fd)
@@ -67,8 +67,8 @@ def _child(argv: list[str] | None, code: str | None, cwd: str, env: dict[str, st
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
   import importlib  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import cli  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import console  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.commands import cli  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import console  # pylint: disable=g-import-not-at-top
 
   importlib.reload(console)  # it notes the process's start time at import
   try:

@@ -1,4 +1,4 @@
-"""Tests for gemma_grpo.answers: reading format, answer text and numbers."""
+"""Tests for gemma_grpo.tasks.answers: reading format, answer text and numbers."""
 
 from concurrent import futures
 import math
@@ -7,7 +7,7 @@ import time
 from hypothesis import given, settings, strategies as st
 import pytest
 
-from gemma_grpo import answers
+from gemma_grpo.tasks import answers
 
 GOOD = "<reasoning>Half of 36.</reasoning>\n<answer>18</answer>"
 

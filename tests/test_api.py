@@ -47,7 +47,7 @@ def shout(arguments: str) -> str:
 
 def test_use_tools_names_each_tool_by_its_import_path():
   c = api.load_config("configs/tiny.py")
-  from gemma_grpo import tools  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import tools  # pylint: disable=g-import-not-at-top
 
   assert api.use_tools(c, tools.calculator, shout) is c
   assert c.rollout.tools == "calculator,test_api:shout"

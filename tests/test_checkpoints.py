@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from configs import base
-from gemma_grpo import checkpoints
+from gemma_grpo.runtime import checkpoints
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 
@@ -229,8 +229,8 @@ def test_a_damaged_run_json_is_reported(tiny_run, tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_model():
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
   c = tiny_config()
   mesh = mesh_lib.make_mesh(c.mesh)
@@ -243,7 +243,7 @@ def tiny_model():
     ({"targets": "q_einsum"}, r"adapter\(s\) this config lacks"),
 ])
 def test_checkpoint_must_fit_the_adapters(tiny_run, tiny_model, lora_change, message):
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
 
   c, mesh, loaded = tiny_model
   c = tiny_config(**lora_change)

@@ -1,11 +1,11 @@
-"""Phase lines and progress bars (gemma_grpo/console.py)."""
+"""Phase lines and progress bars (gemma_grpo/runtime/console.py)."""
 
 import io
 import logging
 import subprocess
 import sys
 
-from gemma_grpo import console
+from gemma_grpo.runtime import console
 
 
 class FakeTerminal(io.StringIO):

@@ -6,9 +6,9 @@ import ml_collections
 import numpy as np
 import pytest
 
-from gemma_grpo import data
+from gemma_grpo.tasks import data
 from gemma_grpo import errors
-from gemma_grpo import prompts
+from gemma_grpo.tasks import prompts
 
 
 class CharTokenizer:

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from conftest import LEARNING, TWO_PROCESS_ARGS, run_cli, start_processes, wait_all
-from gemma_grpo import distributed
+from gemma_grpo.runtime import distributed
 from gemma_grpo import errors
-from gemma_grpo import metrics
+from gemma_grpo.runtime import metrics
 
 ARGS = ["train", "--config", "configs/tiny.py", *LEARNING, "--config.train.batch_size=4",
         "--config.mesh.fsdp=4", "--config.mesh.tp=2"]

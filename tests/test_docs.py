@@ -153,7 +153,7 @@ def check_command(argv: list[str], monkeypatch) -> None:
     name, rest = argv[1], argv[2:]
   else:
     raise AssertionError(f"not a gemma-grpo command: {shlex.join(argv)}")
-  from gemma_grpo import cli  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.commands import cli  # pylint: disable=g-import-not-at-top
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
 
   assert name in cli.COMMANDS, argv

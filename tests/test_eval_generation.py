@@ -4,10 +4,10 @@ import pytest
 
 from conftest import device_mesh
 from configs import tiny
-from gemma_grpo import eval_generation
-from gemma_grpo import model_loading
-from gemma_grpo import prompts
-from gemma_grpo import tokenizer as tokenizer_lib
+from gemma_grpo.rl import eval_generation
+from gemma_grpo.model import model_loading
+from gemma_grpo.tasks import prompts
+from gemma_grpo.model import tokenizer as tokenizer_lib
 
 MAX_PROMPT = 64
 MAX_NEW = 6

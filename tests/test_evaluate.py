@@ -6,9 +6,9 @@ import math
 import pytest
 
 from conftest import run_cli
-from gemma_grpo import data as data_lib
-from gemma_grpo import evaluate
-from gemma_grpo import scoring
+from gemma_grpo.tasks import data as data_lib
+from gemma_grpo.commands import evaluate
+from gemma_grpo.tasks import scoring
 
 @pytest.mark.parametrize("source, split, expected", [
     ("gsm8k", "test", True),
@@ -172,7 +172,7 @@ def test_eval_bad_input_is_one_line_and_exit_2(args, message, tiny_run, problems
 @pytest.mark.slow
 def test_cli_eval_of_a_checkpoint_repeats_the_runs_own_eval_token_for_token(tmp_path):
   from conftest import LEARNING  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import metrics  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import metrics  # pylint: disable=g-import-not-at-top
 
   workdir = tmp_path / "run"
   # Random text holds an "a" in most completions: the stop text cuts them
@@ -240,7 +240,7 @@ def test_eval_as_typed_after_the_first_command_compares_the_run_with_its_base(ti
 
   shutil.copytree(tiny_run, tmp_path / "runs" / "tiny")
   proc = subprocess.run(
-      [sys.executable, "-m", "gemma_grpo.cli", "eval", "--num-test", "2", "--max-new-tokens", "4"],
+      [sys.executable, "-m", "gemma_grpo.commands.cli", "eval", "--num-test", "2", "--max-new-tokens", "4"],
       cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
       # The run scored with tests.toy_rewards, which the eval imports again.
       env={**cli_env(1), "PYTHONPATH": str(REPO)})

@@ -16,14 +16,14 @@ import pytest
 from conftest import device_mesh
 from configs import base
 from gemma_grpo import errors
-from gemma_grpo import export
-from gemma_grpo import gguf_io
-from gemma_grpo import hub as hub_lib
-from gemma_grpo import lora
-from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import model_card
-from gemma_grpo import policy as policy_lib
-from gemma_grpo import prompts
+from gemma_grpo.commands import export
+from gemma_grpo.model import gguf_io
+from gemma_grpo.runtime import hub as hub_lib
+from gemma_grpo.model import lora
+from gemma_grpo.runtime import mesh as mesh_lib
+from gemma_grpo.model import model_card
+from gemma_grpo.model import policy as policy_lib
+from gemma_grpo.tasks import prompts
 
 from conftest import run_cli  # pylint: disable=g-bad-import-order
 import fake_hub  # pylint: disable=g-bad-import-order
@@ -633,7 +633,7 @@ def test_a_rejected_hub_token_is_a_one_line_user_error(hub, tmp_path, monkeypatc
 @pytest.mark.slow
 def test_offline_270m_with_random_lora_exports_faithfully(tmp_path):
   """Non-zero random B on every adapter of the real 270M; fp32 and bf16 exports."""
-  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
   c = base.get_config()  # gguf:gemma-3-270m, float32
   c.lora.rank, c.lora.alpha = 8, 16.0

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from configs import base
-from gemma_grpo import lora
-from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import model_loading
-from gemma_grpo import gemma3_rl
+from gemma_grpo.model import lora
+from gemma_grpo.runtime import mesh as mesh_lib
+from gemma_grpo.model import model_loading
+from gemma_grpo.model import gemma3_rl
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from gemma_grpo import metrics
+from gemma_grpo.runtime import metrics
 
 SCRIPT = REPO / "launch" / "gpu_cluster.sh"
 

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from gemma_grpo import guards
+from gemma_grpo.runtime import guards
 
 
 def reward_a(prompts, completions, answer, **kwargs):

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from gemma_grpo import host_memory
+from gemma_grpo.runtime import host_memory
 
 # Many blocks under glibc's initial mmap threshold (128 KiB), freed while one
 # block allocated after them keeps the heap's top in use, so glibc's automatic
@@ -13,7 +13,7 @@ from gemma_grpo import host_memory
 FRAGMENTED_HEAP = """
 import re, sys
 import numpy as np
-from gemma_grpo import host_memory
+from gemma_grpo.runtime import host_memory
 
 def anon_mb():
   return int(re.search(r"RssAnon:\\s+(\\d+)", open("/proc/self/status").read()).group(1)) / 1024

@@ -1,4 +1,4 @@
-"""Hub access on a machine that cannot reach the hub (gemma_grpo/hub.py)."""
+"""Hub access on a machine that cannot reach the hub (gemma_grpo/runtime/hub.py)."""
 
 import socket
 
@@ -6,9 +6,9 @@ from huggingface_hub import constants
 import pytest
 
 from conftest import free_port
-from gemma_grpo import data
+from gemma_grpo.tasks import data
 from gemma_grpo import errors
-from gemma_grpo import hub
+from gemma_grpo.runtime import hub
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests for gemma_grpo.learner: DAPO's pieces, the algorithm switch, and
+"""Tests for gemma_grpo.rl.learner: DAPO's pieces, the algorithm switch, and
 two-step tiny runs of every algorithm with their diagnostics.
 """
 
@@ -10,11 +10,11 @@ from tunix.rl import function_registry
 
 from configs import base
 from conftest import run_cli
-from gemma_grpo import data
-from gemma_grpo import learner
-from gemma_grpo import losses
-from gemma_grpo import metrics
-from gemma_grpo import prompts
+from gemma_grpo.tasks import data
+from gemma_grpo.rl import learner
+from gemma_grpo.rl import losses
+from gemma_grpo.runtime import metrics
+from gemma_grpo.tasks import prompts
 
 
 # --- overlong penalty: L = 16 tokens, buffer B = 4, penalty 1.0 (or 0.5) ------
@@ -270,7 +270,7 @@ def one_bfloat16_sampled_step(monkeypatch, workdir, tis_cap: float):
 
   monkeypatch.setattr(learner, "_train_example", keep)
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import train  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.commands import train  # pylint: disable=g-import-not-at-top
 
   c = config_lib.load("configs/tiny.py")
   c.rollout.decode_dtype = "bfloat16"

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemma_grpo import logprobs
+from gemma_grpo.rl import logprobs
 
 
 def _reference(hidden, embed, targets, temperature):
@@ -63,8 +63,8 @@ def test_model_logps_match_tunix_full_logits():
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from tunix.rl import common  # pylint: disable=g-import-not-at-top
   from configs import base  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
   c = base.get_config()
   c.model.source = "random"
@@ -88,9 +88,9 @@ def test_shared_prompt_pass_matches_the_full_pass(group):
   """Each prompt run once and its cache shared: same log-probs, same gradients."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from configs import base  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
   c = base.get_config()
   c.model.source = "random"

@@ -14,9 +14,9 @@ import qwix
 from conftest import device_mesh
 from configs import base
 from gemma_grpo import errors
-from gemma_grpo import lora
-from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import model_loading
+from gemma_grpo.model import lora
+from gemma_grpo.runtime import mesh as mesh_lib
+from gemma_grpo.model import model_loading
 
 
 def _tiny(fsdp=8, tp=1, **lora_overrides):

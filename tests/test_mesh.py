@@ -7,9 +7,9 @@ import pytest
 from conftest import LEARNING, run_cli
 from configs import base
 from gemma_grpo import errors
-from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import metrics
-from gemma_grpo import model_loading
+from gemma_grpo.runtime import mesh as mesh_lib
+from gemma_grpo.runtime import metrics
+from gemma_grpo.model import model_loading
 
 # 4 prompts x 2 completions: the batch splits evenly over every fsdp size.
 ARGS = ["--config", "configs/tiny.py", *LEARNING, "--config.train.batch_size=4"]

@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from gemma_grpo import metrics
+from gemma_grpo.runtime import metrics
 
 
 @pytest.mark.parametrize("event, step, expected", [

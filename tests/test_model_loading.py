@@ -12,7 +12,7 @@ import pytest
 
 from configs import base
 from gemma_grpo import errors
-from gemma_grpo import model_loading
+from gemma_grpo.model import model_loading
 
 # google/gemma-3-270m and google/gemma-3-1b-it config.json, the fields that matter.
 HF_270M = dict(
@@ -141,7 +141,7 @@ def test_offline_directory_is_a_complete_hf_checkpoint(offline_270m_dir):
 
 @pytest.fixture(scope="module")
 def offline_270m(offline_270m_dir):
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
   mesh_config = ml_collections.ConfigDict(dict(fsdp=-1, tp=1))
   mesh = mesh_lib.make_mesh(mesh_config)
@@ -192,7 +192,7 @@ def test_offline_270m_matches_transformers(offline_270m):
 @pytest.mark.slow
 def test_bfloat16_products_keep_the_270m_log_probs_close(offline_270m):
   """model.matmul_dtype=bfloat16 on the real weights: the log-probs the loss reads move little."""
-  from gemma_grpo import logprobs  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl import logprobs  # pylint: disable=g-import-not-at-top
 
   loaded, mesh = offline_270m
   mixed = nnx.merge(*nnx.split(loaded.model))
@@ -207,7 +207,7 @@ def test_bfloat16_products_keep_the_270m_log_probs_close(offline_270m):
 
 
 def test_matmul_dtype_is_set_on_the_built_model():
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
   mesh = mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))
   for name, attribute in (("float32", None), ("bfloat16", "bfloat16")):
@@ -220,7 +220,7 @@ def test_gemma3_1b_builds_up_to_the_weights():
   """configs/gemma3_1b.py end to end without downloading: abstract 1B + LoRA."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
 
   c = config_lib.load("configs/gemma3_1b.py")
@@ -333,7 +333,7 @@ def test_each_layout_loads_to_transformers_logits(hf_layouts, layout):
   """Our JAX forward of the loaded checkpoint equals transformers' forward of
   the same files: a mapping mistake made symmetrically in loader and exporter
   passes a round trip, but not this."""
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
   mesh = mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))
   c = _model_config(str(hf_layouts / layout), hf_layouts)
@@ -351,9 +351,9 @@ def test_multimodal_checkpoint_exports_its_text_model_unchanged(hf_layouts):
   its language_model tensors under Gemma3ForCausalLM names, the vision tower
   dropped."""
   import safetensors.numpy  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import export  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.commands import export  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
   layout = hf_layouts / "conditional_generation_sharded_bf16"
   mesh = mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))

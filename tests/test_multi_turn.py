@@ -9,12 +9,12 @@ from tunix.generate import tokenizer_adapter
 
 from conftest import device_mesh, run_cli, start_processes, wait_all
 from configs import tiny
-from gemma_grpo import metrics
-from gemma_grpo import model_loading
-from gemma_grpo import multi_turn
-from gemma_grpo import prompts
-from gemma_grpo import rollout
-from gemma_grpo import tools
+from gemma_grpo.runtime import metrics
+from gemma_grpo.model import model_loading
+from gemma_grpo.rl import multi_turn
+from gemma_grpo.tasks import prompts
+from gemma_grpo.rl import rollout
+from gemma_grpo.tasks import tools
 import test_rollout
 
 CLOSE = "</tool_call>"

@@ -11,18 +11,18 @@ import pytest
 from tunix.sft import sharding_utils
 
 from conftest import device_mesh  # pylint: disable=g-importing-member
-from gemma_grpo import cluster as cluster_lib
+from gemma_grpo.rl import cluster as cluster_lib
 from gemma_grpo import config as config_lib
-from gemma_grpo import data as data_lib
-from gemma_grpo import learner as learner_lib
-from gemma_grpo import lora
-from gemma_grpo import metrics as metrics_lib
-from gemma_grpo import model_loading
-from gemma_grpo import optim
-from gemma_grpo import rewards
-from gemma_grpo import rollout as rollout_lib
-from gemma_grpo import tokenizer as tokenizer_lib
-from gemma_grpo import trainers
+from gemma_grpo.tasks import data as data_lib
+from gemma_grpo.rl import learner as learner_lib
+from gemma_grpo.model import lora
+from gemma_grpo.runtime import metrics as metrics_lib
+from gemma_grpo.model import model_loading
+from gemma_grpo.rl import optim
+from gemma_grpo.tasks import rewards
+from gemma_grpo.rl import rollout as rollout_lib
+from gemma_grpo.model import tokenizer as tokenizer_lib
+from gemma_grpo.rl import trainers
 from gemma_grpo.plan import programs
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Tests for gemma_grpo.plots: PNGs from a finished tiny run, and bad input."""
+"""Tests for gemma_grpo.commands.plots: PNGs from a finished tiny run, and bad input."""
 
 import json
 import shutil
@@ -8,7 +8,7 @@ import pytest
 
 from conftest import run_cli
 from gemma_grpo import errors
-from gemma_grpo import plots
+from gemma_grpo.commands import plots
 
 CHARTS = ("rewards.png", "completion_length.png", "entropy.png", "loss.png", "kl.png",
           "clipping.png", "throughput.png")

@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 
 from conftest import LEARNING, REPO, cli_env, run_cli
-from gemma_grpo import checkpoints
-from gemma_grpo import command
+from gemma_grpo.runtime import checkpoints
+from gemma_grpo.commands import command
 from gemma_grpo import errors
-from gemma_grpo import metrics
-from gemma_grpo import train
-from gemma_grpo import workdir_lock
+from gemma_grpo.runtime import metrics
+from gemma_grpo.commands import train
+from gemma_grpo.runtime import workdir_lock
 
 TINY = ["--config", "configs/tiny.py"]
 
@@ -160,7 +160,7 @@ BAD_INPUTS = [
 @pytest.fixture
 def no_model_loading(monkeypatch):
   """Fails a test that gets as far as loading a model: checks must come first."""
-  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
   def refuse(*args, **kwargs):
     raise AssertionError("input was not rejected before loading the model")
@@ -253,9 +253,9 @@ def hub_error(kind):
 def test_hub_failures_are_user_errors(monkeypatch, tmp_path, kind, token, expected):
   import huggingface_hub  # pylint: disable=g-import-not-at-top
   from configs import base  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import hub  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import hub  # pylint: disable=g-import-not-at-top
 
   def fail(*args, **kwargs):
     raise hub_error(kind)
@@ -282,9 +282,9 @@ def test_hub_failures_are_user_errors(monkeypatch, tmp_path, kind, token, expect
 ])
 def test_nothing_left_to_train_on_is_a_user_error(max_prompt_length, num_heldout, expected):
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import data as data_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   c = config_lib.load("configs/tiny.py")
   c.data.num_heldout = num_heldout
@@ -310,7 +310,7 @@ def start(args, workdir: pathlib.Path, env=None) -> subprocess.Popen:
   workdir.parent.mkdir(parents=True, exist_ok=True)
   out = open(workdir.parent / f"{workdir.name}.out", "w")
   err = open(workdir.parent / f"{workdir.name}.err", "w")
-  return subprocess.Popen([sys.executable, "-m", "gemma_grpo.cli", "train", *args, "--workdir", str(workdir)],
+  return subprocess.Popen([sys.executable, "-m", "gemma_grpo.commands.cli", "train", *args, "--workdir", str(workdir)],
                           cwd=REPO, env=env or cli_env(1), stdout=out, stderr=err, text=True)
 
 
@@ -433,7 +433,8 @@ def test_the_hub_token_is_nowhere_in_the_workdir_or_output(preempted):
 
 NAN_RUNNER = """
 import math, sys
-from gemma_grpo import rewards, train
+from gemma_grpo.tasks import rewards
+from gemma_grpo.commands import train
 
 build = rewards.build_reward_fns
 calls = []

@@ -1,4 +1,4 @@
-"""Tests for gemma_grpo.rewards: every tier by table, totality by hypothesis.
+"""Tests for gemma_grpo.tasks.rewards: every tier by table, totality by hypothesis.
 
 Expected rewards are written out by hand from the rules in the module
 docstring; none is computed by the code under test.
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import ml_collections
 import pytest
 
-from gemma_grpo import rewards
+from gemma_grpo.tasks import rewards
 
 
 def ans(text: str) -> str:
@@ -424,7 +424,7 @@ def test_custom_rewards_are_loaded_by_import_path():
     ("no_colon", "is not 'module:function'"),
     ("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'"),
     ("toy_rewards:missing", "has no function 'missing'"),
-    ("gemma_grpo.rewards:format_exact", "clashes with another reward named 'format_exact'"),
+    ("gemma_grpo.tasks.rewards:format_exact", "clashes with another reward named 'format_exact'"),
 ])
 def test_bad_custom_rewards_name_the_field(spec, needle):
   with pytest.raises(ValueError, match="rewards.custom") as e:

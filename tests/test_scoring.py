@@ -1,12 +1,12 @@
-"""gemma_grpo.scoring: the eval metrics on hand-written completions, and the paired bootstrap."""
+"""gemma_grpo.tasks.scoring: the eval metrics on hand-written completions, and the paired bootstrap."""
 
 import itertools
 
 import pytest
 
-from gemma_grpo import data as data_lib
-from gemma_grpo import rewards
-from gemma_grpo import scoring
+from gemma_grpo.tasks import data as data_lib
+from gemma_grpo.tasks import rewards
+from gemma_grpo.tasks import scoring
 
 # Character counts, by hand: <reasoning> 11, </reasoning> 12, <answer> 8, </answer> 9.
 FULL_12 = "<reasoning>r</reasoning><answer>12</answer>"  # 11+1+12+8+2+9 = 43

@@ -6,7 +6,8 @@ from gemma_grpo import errors
 from gemma_grpo import seam
 
 # Every module that touches an internal imports the seam, so a wrong version stops it first.
-TOUCHING = ("cluster", "trainers", "learner", "gemma3_rl", "rollout", "lora", "export")
+TOUCHING = ("rl/cluster", "rl/trainers", "rl/learner", "model/gemma3_rl", "rl/rollout", "model/lora",
+            "commands/export")
 
 
 @pytest.mark.parametrize("touch", sorted(seam.canaries()))

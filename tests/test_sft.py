@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from gemma_grpo import checkpoints
-from gemma_grpo import data
+from gemma_grpo.runtime import checkpoints
+from gemma_grpo.tasks import data
 from gemma_grpo import errors
-from gemma_grpo import guards
-from gemma_grpo import metrics
-from gemma_grpo import policy as policy_lib
-from gemma_grpo import prompts
-from gemma_grpo import sft
+from gemma_grpo.runtime import guards
+from gemma_grpo.runtime import metrics
+from gemma_grpo.model import policy as policy_lib
+from gemma_grpo.tasks import prompts
+from gemma_grpo.commands import sft
 
 
 class CharTokenizer:
@@ -103,7 +103,7 @@ def test_grpo_starts_from_the_merged_sft_policy(sft_run, tmp_path):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
   c = config_lib.load("configs/tiny.py")
   c.model.init_lora_from = str(sft_run)

@@ -7,8 +7,8 @@ from flax import nnx
 import jax.numpy as jnp
 import pytest
 
-from gemma_grpo import guards
-from gemma_grpo import step_hooks
+from gemma_grpo.runtime import guards
+from gemma_grpo.rl import step_hooks
 
 
 class Adapter(nnx.Module):

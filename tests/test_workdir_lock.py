@@ -17,7 +17,7 @@ import pytest
 
 from gemma_grpo import errors
 from gemma_grpo import storage
-from gemma_grpo import workdir_lock
+from gemma_grpo.runtime import workdir_lock
 
 
 def _dead_pid() -> int:

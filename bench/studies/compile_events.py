@@ -9,7 +9,7 @@ timers around JAX's cache-key computation and persistent-cache read (wrapped
 here, in this script only). Prints the 12 largest totals at exit. Asserts nothing.
 """
 import atexit, sys, collections, time
-from gemma_grpo import train
+from gemma_grpo.commands import train
 from jax import monitoring
 from jax._src import compiler, cache_key
 durs = collections.Counter()

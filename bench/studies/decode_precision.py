@@ -20,7 +20,7 @@ faithful   greedy: the accuracy benchmark's 200 held-out equations
            first command's training batches (2 problems x 8 rows, its
            temperature, top-k and token limit) drawn with the bfloat16 engine,
            then the trainer's float32 log-probs of the same tokens
-           (gemma_grpo.logprobs, as the loss computes them): the per-token
+           (gemma_grpo.rl.logprobs, as the loss computes them): the per-token
            importance ratio pi_train / pi_sample, its quantiles, the share
            outside PPO's clip range [0.8, 1.28], and the per-sequence (GSPO)
            ratio; the float32 engine gives the measurement's floor. About
@@ -58,7 +58,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def engines(actor, tokenizer, mesh):
-  from gemma_grpo import rollout  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
 
   return {d: rollout.GroupedRollout(actor, tokenizer, mesh, decode_dtype=d,
                                     lora_scale=common.LORA_ALPHA / common.LORA_RANK)
@@ -74,7 +74,7 @@ def bytes_per_token(actor, screened: dict[str, bool]) -> dict[str, int]:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import rollout  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
 
   out = {}
   for name in DTYPES:
@@ -141,10 +141,10 @@ def greedy_agreement(actor, tokenizer, mesh, smoke: bool, variants: dict | None 
   with each decode dtype. bench/matmul_precision.py passes its own.
   """
   from configs import gemma3_270m_accuracy  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import eval_generation  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import scoring  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import data as data_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl import eval_generation  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import scoring  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   variants = variants or {d: (actor, d) for d in DTYPES}
   c = gemma3_270m_accuracy.get_config()
@@ -185,8 +185,8 @@ def draw_batches(engine, tokenizer, mesh, c, steps: int):
   import numpy as np  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import data as data_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.tasks import data as data_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   r, g = c.rollout, c.grpo.num_generations
   train = data_lib.build_splits(c.data, tokenizer, r.max_prompt_length).train
@@ -209,7 +209,7 @@ def sampled_ratios(actor, tokenizer, mesh, steps: int, smoke: bool) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import logprobs  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl import logprobs  # pylint: disable=g-import-not-at-top
 
   c = gemma3_270m.get_config()
   if smoke:

@@ -4,7 +4,7 @@
 
 Lowers the grouped engine's decode loop (`rollout._decode`, what a run
 without `rollout.tools` executes) on configs/tiny.py, greedy and sampled with
-log-probs, from this checkout and from gemma_grpo/rollout.py at git revision
+log-probs, from this checkout and from gemma_grpo/rl/rollout.py at git revision
 REV, and prints whether their StableHLO texts are byte-identical. Identical
 text compiles to the identical executable, so the multi-turn engine costs
 the one-turn path nothing. Output: docs/results/tools/decode_program_identity.txt.
@@ -27,8 +27,8 @@ for path in (REPO, REPO / "tests"):
 
 
 def module_at(rev: str):
-  """gemma_grpo/rollout.py as it was at `rev`, imported under another name."""
-  source = subprocess.run(["git", "show", f"{rev}:gemma_grpo/rollout.py"], cwd=REPO,
+  """gemma_grpo/rl/rollout.py as it was at `rev`, imported under another name."""
+  source = subprocess.run(["git", "show", f"{rev}:gemma_grpo/rl/rollout.py"], cwd=REPO,
                           check=True, capture_output=True, text=True).stdout
   path = pathlib.Path(tempfile.mkdtemp()) / "rollout_then.py"
   path.write_text(source)

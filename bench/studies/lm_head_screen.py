@@ -46,9 +46,9 @@ def policy(smoke: bool):
   if not smoke:
     return rollout_bench.build_policy(common.offline_270m_dir())
   from configs import tiny  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import lora  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
   c = tiny.get_config()
   mesh = mesh_lib.make_mesh(c.mesh)
@@ -61,7 +61,7 @@ def measure(repeats: int, smoke: bool) -> dict:
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
   import rollout as rollout_bench  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import rollout  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
 
   actor, tokenizer, mesh = policy(smoke)
   texts = rollout_bench.batch_texts(common.PROMPTS_PER_STEP, common.GENERATIONS)

@@ -12,7 +12,7 @@ import numpy as np
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
-from gemma_grpo import mesh as mesh_lib
+from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.plan import chips
 
 INSTALL = "pip install 'gemma-grpo[plan]'  (or pip install -e '.[plan]' in a checkout)"

@@ -23,11 +23,11 @@ import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.sft import sharding_utils
 
-from gemma_grpo import cluster as cluster_lib
+from gemma_grpo.rl import cluster as cluster_lib
 from gemma_grpo import config as config_lib
-from gemma_grpo import learner as learner_lib
-from gemma_grpo import rollout as rollout_lib
-from gemma_grpo import trainers
+from gemma_grpo.rl import learner as learner_lib
+from gemma_grpo.rl import rollout as rollout_lib
+from gemma_grpo.rl import trainers
 from gemma_grpo.plan import shapes
 
 NAMES = ("update", "reference", "prefill", "decode")

@@ -17,10 +17,10 @@ import jax
 import ml_collections
 
 from gemma_grpo import errors
-from gemma_grpo import gemma3_rl
-from gemma_grpo import lora
-from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import model_loading
+from gemma_grpo.model import gemma3_rl
+from gemma_grpo.model import lora
+from gemma_grpo.runtime import mesh as mesh_lib
+from gemma_grpo.model import model_loading
 
 # The text part of each public Gemma-3 checkpoint's config.json (the -it and
 # -pt checkpoints of one size share it): what `model.source=hf:...` would

@@ -28,7 +28,7 @@ import re
 import threading
 from typing import Any
 
-from gemma_grpo import prompts
+from gemma_grpo.tasks import prompts
 
 # How much of a text the number scanner reads: answers are short, and a bound
 # keeps a 100k-character completion as cheap as a normal one.

@@ -27,11 +27,11 @@ from huggingface_hub import errors as hub_errors
 import ml_collections
 
 from gemma_grpo import errors
-from gemma_grpo import gemma3_rl
-from gemma_grpo import gguf_io
-from gemma_grpo import hub
-from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import tokenizer as tokenizer_lib
+from gemma_grpo.model import gemma3_rl
+from gemma_grpo.model import gguf_io
+from gemma_grpo.runtime import hub
+from gemma_grpo.runtime import mesh as mesh_lib
+from gemma_grpo.model import tokenizer as tokenizer_lib
 
 OFFLINE_270M = "gguf:gemma-3-270m"
 _REQUIRED_HF_KEYS = ("num_attention_heads", "hidden_size", "num_hidden_layers",

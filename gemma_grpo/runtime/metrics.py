@@ -164,7 +164,7 @@ def configure_logging() -> None:
   bury the one line per step a user wants to read.
   """
   absl_logging.set_verbosity(absl_logging.INFO)
-  package = str(pathlib.Path(__file__).parent)
+  package = str(pathlib.Path(__file__).parents[1])  # gemma_grpo/, every layer
 
   def keep(record: logging.LogRecord) -> bool:
     if record.getMessage().startswith(_MISLEADING_ABSL_WARNING):

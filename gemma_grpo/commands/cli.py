@@ -7,11 +7,11 @@ import sys
 
 # command -> (module with `main(argv) -> int`, one-line help)
 COMMANDS = {
-    "train": ("gemma_grpo.train", "GRPO-train Gemma-3 (python -m gemma_grpo.train)"),
-    "eval": ("gemma_grpo.evaluate", "evaluate a model or a training run on held-out problems"),
-    "export": ("gemma_grpo.export", "merge LoRA into Hugging Face safetensors or GGUF"),
-    "sft": ("gemma_grpo.sft", "supervised warm start on worked solutions"),
-    "plot": ("gemma_grpo.plots", "PNG curves of a run's metrics"),
+    "train": ("gemma_grpo.commands.train", "GRPO-train Gemma-3 (python -m gemma_grpo.train)"),
+    "eval": ("gemma_grpo.commands.evaluate", "evaluate a model or a training run on held-out problems"),
+    "export": ("gemma_grpo.commands.export", "merge LoRA into Hugging Face safetensors or GGUF"),
+    "sft": ("gemma_grpo.commands.sft", "supervised warm start on worked solutions"),
+    "plot": ("gemma_grpo.commands.plots", "PNG curves of a run's metrics"),
     "plan": ("gemma_grpo.plan.command", "compile a config for a TPU/GPU slice: fits? how fast?"),
 }
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from gemma_grpo import errors
 from gemma_grpo import storage
-from gemma_grpo import metrics as metrics_lib
+from gemma_grpo.runtime import metrics as metrics_lib
 
 _REWARD_SUMMARIES = ("sum", "mean", "min", "max")
 

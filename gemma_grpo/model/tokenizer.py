@@ -12,6 +12,7 @@ import json
 import pathlib
 from typing import Sequence
 
+import numpy as np
 import sentencepiece as spm
 import tokenizers
 
@@ -167,3 +168,14 @@ def apply_stop_text(texts: Sequence[str], token_ids: Sequence[Sequence[int]], li
     truncated.append(cut is None and n >= limit)
     counts.append(n)
   return out_texts, truncated, counts
+
+
+def left_pad(rows: Sequence[np.ndarray], pad_id: int, width: int | None = None) -> np.ndarray:
+  """Token rows stacked into [len(rows), width], each padded on the left.
+
+  Prompts are left-padded so that every row's last token sits in the same
+  column, where decoding starts. `width` defaults to the longest row.
+  """
+  width = max(len(r) for r in rows) if width is None else width
+  return np.stack([np.pad(r, (width - len(r), 0), constant_values=pad_id) for r in rows])
+

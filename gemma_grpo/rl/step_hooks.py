@@ -16,8 +16,8 @@ from typing import Callable
 
 from tunix.sft import hooks as tunix_hooks
 
-from gemma_grpo import guards
-from gemma_grpo import metrics as metrics_lib
+from gemma_grpo.runtime import guards
+from gemma_grpo.runtime import metrics as metrics_lib
 
 
 class RunHooks(tunix_hooks.TrainingHooks):

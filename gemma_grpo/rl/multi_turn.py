@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from gemma_grpo import tools
+from gemma_grpo.tasks import tools
 
 _CLOSE = tools.CALL_END[:-1]  # "</tool_call": what precedes the closing ">"
 

@@ -16,11 +16,11 @@ from flax import nnx
 import jax
 import ml_collections
 
-from gemma_grpo import checkpoints
+from gemma_grpo.runtime import checkpoints
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
-from gemma_grpo import lora
-from gemma_grpo import model_loading
+from gemma_grpo.model import lora
+from gemma_grpo.model import model_loading
 from gemma_grpo import storage
 
 

@@ -7,7 +7,7 @@
   gemma-grpo eval --workdir runs/x --data ... --compare runs/eval/gguf_gemma-3-270m
 
 The command: what to evaluate (a run's checkpoint or a model source), on
-which problems, decoded how; the metrics themselves are gemma_grpo.scoring's
+which problems, decoded how; the metrics themselves are gemma_grpo.tasks.scoring's
 (listed there), the same as the in-training eval's.
 
 Outputs in --out: eval.json (metrics, resolved settings, the config used,
@@ -35,19 +35,19 @@ from typing import Any, Callable
 from huggingface_hub.utils import logging as hub_logging
 
 import configs
-from gemma_grpo import checkpoints
+from gemma_grpo.runtime import checkpoints
 from gemma_grpo import config as config_lib
-from gemma_grpo import data as data_lib
-from gemma_grpo import distributed
+from gemma_grpo.tasks import data as data_lib
+from gemma_grpo.runtime import distributed
 from gemma_grpo import errors
-from gemma_grpo import eval_generation
-from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import metrics as metrics_lib
-from gemma_grpo import multi_turn
-from gemma_grpo import rewards
-from gemma_grpo import scoring
+from gemma_grpo.rl import eval_generation
+from gemma_grpo.runtime import mesh as mesh_lib
+from gemma_grpo.runtime import metrics as metrics_lib
+from gemma_grpo.rl import multi_turn
+from gemma_grpo.tasks import rewards
+from gemma_grpo.tasks import scoring
 from gemma_grpo import storage
-from gemma_grpo import tokenizer as tokenizer_lib
+from gemma_grpo.model import tokenizer as tokenizer_lib
 
 DEFAULT_CONFIG = "configs/gemma3_270m.py"
 
@@ -360,7 +360,7 @@ def _compare_baseline(x: str, c):
 
 def _load_policy(target: Target, c, mesh):
   """(model, tokenizer) of a target; a work directory's with its LoRA."""
-  from gemma_grpo import policy as policy_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import policy as policy_lib  # pylint: disable=g-import-not-at-top
 
   if target.workdir is not None:
     policy = policy_lib.restore(target.workdir, mesh, target.step)

@@ -23,8 +23,8 @@ import ml_collections
 import numpy as np
 
 from gemma_grpo import errors
-from gemma_grpo import hub
-from gemma_grpo import prompts
+from gemma_grpo.runtime import hub
+from gemma_grpo.tasks import prompts
 
 GSM8K_HUB_ID = "openai/gsm8k"
 _CALCULATOR = re.compile(r"<<[^<>]*>>")

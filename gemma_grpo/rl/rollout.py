@@ -69,13 +69,13 @@ from tunix.generate import tokenizer_adapter
 from tunix.models.gemma3 import model as gemma3
 from tunix.rl.rollout import base_rollout
 
-from gemma_grpo import distributed
-from gemma_grpo import gemma3_rl
-from gemma_grpo import logprobs
-from gemma_grpo import lora
-from gemma_grpo import multi_turn
+from gemma_grpo.runtime import distributed
+from gemma_grpo.model import gemma3_rl
+from gemma_grpo.rl import logprobs
+from gemma_grpo.model import lora
+from gemma_grpo.rl import multi_turn
 from gemma_grpo import seam
-from gemma_grpo import tools as tools_lib
+from gemma_grpo.tasks import tools as tools_lib
 
 seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
 
@@ -630,7 +630,7 @@ class GroupedRollout(base_rollout.BaseRollout):
     if not isinstance(rollout_actor, gemma3_rl.Gemma3):
       # Converting would make a second module that the trainer never updates.
       raise TypeError(
-          f"GroupedRollout needs a gemma_grpo.gemma3_rl.Gemma3, got {type(rollout_actor)}")
+          f"GroupedRollout needs a gemma_grpo.model.gemma3_rl.Gemma3, got {type(rollout_actor)}")
     self._model = rollout_actor
     if not isinstance(tokenizer, tokenizer_adapter.TokenizerAdapter):
       tokenizer = tokenizer_adapter.TokenizerAdapter(tokenizer)

@@ -36,13 +36,13 @@ import safetensors.numpy
 
 from configs import base
 from gemma_grpo import errors
-from gemma_grpo import gguf_io
-from gemma_grpo import hub
-from gemma_grpo import lora
-from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import metrics as metrics_lib
-from gemma_grpo import model_card
-from gemma_grpo import prompts
+from gemma_grpo.model import gguf_io
+from gemma_grpo.runtime import hub
+from gemma_grpo.model import lora
+from gemma_grpo.runtime import mesh as mesh_lib
+from gemma_grpo.runtime import metrics as metrics_lib
+from gemma_grpo.model import model_card
+from gemma_grpo.tasks import prompts
 from gemma_grpo import seam
 from gemma_grpo import storage
 
@@ -178,7 +178,7 @@ def write_safetensors(tensors: dict[str, np.ndarray], out_dir: pathlib.Path,
 
 def _base_hf_config(policy) -> dict:
   """The HF text config the run's base model was built from."""
-  from gemma_grpo import model_loading  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
   model_dir = policy.loaded.model_dir
   if model_dir is None:
@@ -378,7 +378,7 @@ def export(workdir: str | os.PathLike, out: str | os.PathLike, *, step: int | No
            dtype: str = "float32", fmt: str = "hf", max_shard_size: str = "2GB",
            overwrite: bool = False, push_to_hub_repo: str | None = None) -> pathlib.Path:
   """Restores `workdir`'s policy at `step`, merges it and writes `out`."""
-  from gemma_grpo import policy as policy_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import policy as policy_lib  # pylint: disable=g-import-not-at-top
 
   workdir = storage.path(workdir)
   if not workdir.is_dir():

@@ -24,17 +24,17 @@ from absl import logging
 import ml_collections
 import numpy as np
 
-from gemma_grpo import checkpoints
-from gemma_grpo import command
+from gemma_grpo.runtime import checkpoints
+from gemma_grpo.commands import command
 from gemma_grpo import config as config_lib
-from gemma_grpo import console
-from gemma_grpo import data as data_lib
+from gemma_grpo.runtime import console
+from gemma_grpo.tasks import data as data_lib
 from gemma_grpo import errors
-from gemma_grpo import lora
-from gemma_grpo import mesh as mesh_lib
-from gemma_grpo import metrics as metrics_lib
-from gemma_grpo import plots
-from gemma_grpo import prompts
+from gemma_grpo.model import lora
+from gemma_grpo.runtime import mesh as mesh_lib
+from gemma_grpo.runtime import metrics as metrics_lib
+from gemma_grpo.commands import plots
+from gemma_grpo.tasks import prompts
 from gemma_grpo import storage
 
 
@@ -74,7 +74,7 @@ def encode_examples(problems, tokenizer, max_length: int):
 
 def loss_fn(model, tokens_BxL, target_mask_BxL, pad_id: int):
   """Mean negative log-likelihood of the model-turn tokens."""
-  from gemma_grpo import logprobs  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl import logprobs  # pylint: disable=g-import-not-at-top
 
   positions_BxL, mask_BxLxL = logprobs.positions_and_mask(tokens_BxL, pad_id)
   hidden_BxLxD = model.hidden_states(tokens_BxL, positions_BxL, mask_BxLxL)
@@ -107,7 +107,7 @@ def _progress_hooks(writer, max_steps: int, on_step):
   non-finite loss."""
   from tunix.sft import hooks as tunix_hooks  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import guards  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import guards  # pylint: disable=g-import-not-at-top
 
   class Progress(tunix_hooks.TrainingHooks):
 
@@ -143,10 +143,10 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   from tunix.sft import metrics_logger  # pylint: disable=g-import-not-at-top
   from tunix.sft import peft_trainer  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import guards  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import optim  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import policy as policy_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import trainers  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.runtime import guards  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl import optim  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import policy as policy_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl import trainers  # pylint: disable=g-import-not-at-top
 
   config_lib.mesh_shape(c.mesh, jax.device_count())  # the rest: validated by the caller
   mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))

@@ -4,7 +4,7 @@ A NaN or Inf in the loss, the LoRA parameters or a reward raises
 NonFiniteError naming the step; a reward function that raises becomes a
 RewardFunctionError naming the function and the step; SIGTERM/SIGINT ask for
 a stop at the next step boundary that every process agrees on. The command
-turns each into its exit code (gemma_grpo/command.py) after the last good
+turns each into its exit code (gemma_grpo/commands/command.py) after the last good
 checkpoint is safe.
 """
 
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from flax import nnx
 import numpy as np
 
-from gemma_grpo import distributed
+from gemma_grpo.runtime import distributed
 
 
 class NonFiniteError(RuntimeError):

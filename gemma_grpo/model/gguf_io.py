@@ -26,7 +26,7 @@ from sentencepiece import sentencepiece_model_pb2
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-from gemma_grpo import prompts
+from gemma_grpo.tasks import prompts
 
 # GGUF per-block tensor -> HF module under `model.layers.N.`.
 _BLOCK_TO_HF = {

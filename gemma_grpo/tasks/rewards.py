@@ -53,8 +53,8 @@ import math
 import numbers
 from typing import Any
 
-from gemma_grpo import answers
-from gemma_grpo import tools
+from gemma_grpo.tasks import answers
+from gemma_grpo.tasks import tools
 from gemma_grpo import user_code
 
 RewardFn = Callable[..., list[float]]

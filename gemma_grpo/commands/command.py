@@ -24,11 +24,11 @@ from etils import epath
 import ml_collections
 
 from gemma_grpo import config as config_lib
-from gemma_grpo import distributed
+from gemma_grpo.runtime import distributed
 from gemma_grpo import errors
-from gemma_grpo import metrics as metrics_lib
+from gemma_grpo.runtime import metrics as metrics_lib
 from gemma_grpo import storage
-from gemma_grpo import workdir_lock
+from gemma_grpo.runtime import workdir_lock
 
 EXIT_NONFINITE = 3
 EXIT_REWARD_FUNCTION = 5

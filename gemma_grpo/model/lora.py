@@ -18,7 +18,7 @@ import ml_collections
 import numpy as np
 
 from gemma_grpo import errors
-from gemma_grpo import mesh as mesh_lib
+from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo import seam
 
 seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)

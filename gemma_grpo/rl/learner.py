@@ -54,10 +54,10 @@ from tunix.rl.grpo import grpo_learner
 from tunix.sft import sharding_utils
 
 from gemma_grpo import config as config_lib
-from gemma_grpo import data as data_lib
-from gemma_grpo import losses
+from gemma_grpo.tasks import data as data_lib
+from gemma_grpo.rl import losses
 from gemma_grpo import seam
-from gemma_grpo import tokenizer as tokenizer_lib
+from gemma_grpo.model import tokenizer as tokenizer_lib
 
 seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
 

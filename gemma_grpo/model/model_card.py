@@ -9,8 +9,8 @@ from typing import Any
 
 from absl import logging
 
-from gemma_grpo import data as data_lib
-from gemma_grpo import prompts
+from gemma_grpo.tasks import data as data_lib
+from gemma_grpo.tasks import prompts
 
 OFFLINE_BASE = "google/gemma-3-270m"
 LICENSE_URL = "https://ai.google.dev/gemma/terms"

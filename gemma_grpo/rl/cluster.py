@@ -32,14 +32,14 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.rollout import base_rollout
 from tunix.sft import metrics_logger
 
-from gemma_grpo import host_memory
-from gemma_grpo import lora
-from gemma_grpo import multi_turn
-from gemma_grpo import optim
-from gemma_grpo import rollout
+from gemma_grpo.runtime import host_memory
+from gemma_grpo.model import lora
+from gemma_grpo.rl import multi_turn
+from gemma_grpo.rl import optim
+from gemma_grpo.rl import rollout
 from gemma_grpo import seam
 from gemma_grpo import storage
-from gemma_grpo import trainers
+from gemma_grpo.rl import trainers
 
 seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
 

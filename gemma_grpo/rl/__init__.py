@@ -1,0 +1,1 @@
+"""The RL library: rollout, rewards in the loop, losses, the learner and its RLCluster."""

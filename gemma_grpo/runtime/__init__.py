@@ -1,0 +1,1 @@
+"""Where a run lives: the mesh, processes, storage, the work-dir lease, checkpoints, metrics."""

@@ -1,0 +1,1 @@
+"""Problems and their grading: data sources, prompts, answer extraction, rewards, tools, scores."""
