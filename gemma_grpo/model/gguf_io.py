@@ -20,6 +20,7 @@ import re
 import shutil
 import tempfile
 
+import gguf
 import numpy as np
 import safetensors.numpy
 from sentencepiece import sentencepiece_model_pb2
@@ -82,7 +83,6 @@ def _field(reader, key: str):
 
 def read_tensors(reader) -> dict[str, np.ndarray]:
   """Every tensor dequantized to float32, HF names and HF layout."""
-  import gguf  # pylint: disable=g-import-not-at-top
 
   tensors = {}
   for tensor in reader.tensors:
@@ -153,8 +153,9 @@ def build_tokenizer(pieces: list[str], scores: list[float], types: list[int]):
   Control and user-defined pieces become added tokens, so chat markers such as
   <start_of_turn> in prompt text map to their single ids.
   """
+  # Deferred: seconds to import; only the one-time GGUF conversion and export use it.
   from transformers import GemmaTokenizer  # pylint: disable=g-import-not-at-top
-  from transformers.tokenization_utils_base import generate_merges  # pylint: disable=g-import-not-at-top
+  from transformers.tokenization_utils_base import generate_merges  # pylint: disable=g-import-not-at-top,line-too-long
 
   vocab = {piece: i for i, piece in enumerate(pieces)}
   merges = generate_merges(vocab, dict(zip(pieces, scores)))
@@ -186,6 +187,7 @@ def build_tokenizer(pieces: list[str], scores: list[float], types: list[int]):
 
 
 def write_generation_config(out_dir: str | os.PathLike) -> None:
+  # Deferred: seconds to import; only the one-time GGUF conversion and export use it.
   from transformers import GenerationConfig  # pylint: disable=g-import-not-at-top
 
   GenerationConfig(
@@ -199,7 +201,7 @@ def convert_to_hf_dir(gguf_path: str | os.PathLike, out_dir: str | os.PathLike):
   Written to a temporary sibling first and renamed, so an interrupted
   conversion never leaves a half-written directory that later runs trust.
   """
-  import gguf  # pylint: disable=g-import-not-at-top
+  # Deferred: seconds to import; only the one-time GGUF conversion and export use it.
   from transformers import Gemma3TextConfig  # pylint: disable=g-import-not-at-top
 
   out_dir = pathlib.Path(out_dir)
@@ -305,7 +307,6 @@ def write_gguf(
   written as GGUF dims [in, out] (llama.cpp's order), so `read_tensors` gives
   the tensors back. `config` is an HF Gemma3TextConfig dict.
   """
-  import gguf  # pylint: disable=g-import-not-at-top
 
   if tensor_type not in GGUF_TENSOR_TYPES:
     raise ValueError(f"tensor_type={tensor_type!r}: use one of {GGUF_TENSOR_TYPES}")

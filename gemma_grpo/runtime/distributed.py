@@ -150,6 +150,7 @@ def initialize(rank: Rank) -> None:
   """
   if not rank.distributed:
     return
+  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   import jax  # pylint: disable=g-import-not-at-top
 
   try:
@@ -241,6 +242,7 @@ def _client():
 
 
 def process_count() -> int:
+  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   import jax  # pylint: disable=g-import-not-at-top
 
   return jax.process_count()
@@ -248,6 +250,7 @@ def process_count() -> int:
 
 def is_chief() -> bool:
   """True in the process that writes files (process 0)."""
+  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   import jax  # pylint: disable=g-import-not-at-top
 
   return jax.process_index() == 0
@@ -265,6 +268,7 @@ def check_same(what: str, text: str, fix: str) -> None:
   """
   if process_count() == 1:
     return
+  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
   digests = np.asarray(multihost_utils.process_allgather(
@@ -280,6 +284,7 @@ def from_chief(array: np.ndarray) -> np.ndarray:
   host computes (a tool's result) enters every process's program alike."""
   if process_count() == 1:
     return array
+  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
   return np.array(multihost_utils.broadcast_one_to_all(array))  # writable, as given
@@ -289,6 +294,7 @@ def largest(value: int) -> int:
   """The largest of `value` over all processes (a collective)."""
   if process_count() == 1:
     return value
+  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
   return int(np.asarray(multihost_utils.process_allgather(np.array([value]))).max())
@@ -304,6 +310,7 @@ def report_failure_and_exit(line: str, code: int) -> None:
   gone.
   """
   client = _client()
+  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   import jax  # pylint: disable=g-import-not-at-top
 
   me = jax.process_index()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 from absl import logging
+from flax import nnx
+import jax
 import ml_collections
 
 from gemma_grpo import config as config_lib
@@ -19,7 +21,6 @@ def make_mesh(c: ml_collections.ConfigDict):
   Tunix shards with `with_sharding_constraint` under the mesh, which needs Auto
   axes; jax 0.10 defaults to Explicit.
   """
-  import jax  # pylint: disable=g-import-not-at-top
 
   shape = config_lib.mesh_shape(c, jax.device_count())
   mesh = jax.make_mesh(
@@ -39,8 +40,6 @@ def shard_model(model, mesh):
   Modules created under a mesh carry their intended specs as metadata but
   start replicated; Tunix's reshard helper skips models already on the mesh.
   """
-  import jax  # pylint: disable=g-import-not-at-top
-  from flax import nnx  # pylint: disable=g-import-not-at-top
 
   graphdef, state = nnx.split(model)
   shardings = jax.tree.map(
@@ -64,7 +63,6 @@ def enable_compilation_cache(directory: str) -> None:
   model op by op, samplers and train steps compile once each); a warm cache
   cuts a tiny run's start-up by about half.
   """
-  import jax  # pylint: disable=g-import-not-at-top
 
   if jax.config.jax_compilation_cache_dir:
     return

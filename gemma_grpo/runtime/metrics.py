@@ -66,6 +66,7 @@ class Writer:
     self._tb = None
     self._jsonl = None
     if is_chief:
+      # Deferred: the CLI imports this module before it checks the config.
       import tensorboardX  # pylint: disable=g-import-not-at-top
 
       logdir = storage.path(logdir)

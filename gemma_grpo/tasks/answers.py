@@ -185,6 +185,7 @@ def _is_tame(expr: Any, power: float = 1.0) -> bool:
   `power` is the product of the numeric exponents above `expr`: the value of
   ((10^a)^b)^c has a·b·c zeros, so the product bounds its size.
   """
+  # Deferred: ~1 s to import, and checking a config imports the rewards, so this module.
   import sympy  # pylint: disable=g-import-not-at-top
 
   if not isinstance(expr, sympy.Basic):
@@ -210,6 +211,7 @@ def _expanded_terms(expr: Any) -> int:
 
   (a+b+c+d)^8 has C(11, 3) = 165 terms; comparing expands and simplifies.
   """
+  # Deferred: ~1 s to import, and checking a config imports the rewards, so this module.
   import sympy  # pylint: disable=g-import-not-at-top
 
   if not isinstance(expr, sympy.Basic) or not expr.args:
@@ -229,6 +231,7 @@ def _expanded_terms(expr: Any) -> int:
 
 def _math_parse(text: str, timeout_s: int | None) -> list[Any]:
   """math-verify's parse, limited to bounded, tame input; [] when refused."""
+  # Deferred: ~1 s to import, and checking a config imports the rewards, so this module.
   from math_verify import parse  # pylint: disable=g-import-not-at-top
   import sympy  # pylint: disable=g-import-not-at-top
 
@@ -297,6 +300,7 @@ def _gold_parse(gold: str, timeout_s: int | None) -> tuple[Any, ...]:
 
 
 def _math_equal(completion: str, gold: str) -> bool:
+  # Deferred: ~1 s to import, and checking a config imports the rewards, so this module.
   from math_verify import verify  # pylint: disable=g-import-not-at-top
 
   in_main = threading.current_thread() is threading.main_thread()

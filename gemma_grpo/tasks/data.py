@@ -19,6 +19,7 @@ import random
 import re
 
 from absl import logging
+import grain
 import ml_collections
 import numpy as np
 
@@ -100,6 +101,7 @@ def read_jsonl(path: pathlib.Path) -> list[Problem]:
 
 
 def read_parquet(path: pathlib.Path) -> list[Problem]:
+  # Deferred: only .parquet sources need pyarrow.
   import pyarrow.parquet as pq  # pylint: disable=g-import-not-at-top
 
   try:
@@ -151,6 +153,7 @@ def load_gsm8k_hub(split: str) -> list[Problem]:
 
 def load_reasoning_gym(task: str, size: int, seed: int, options: dict | None = None) -> list[Problem]:
   """`size` problems of a reasoning-gym task; `options` are its config's fields."""
+  # Deferred: reasoning_gym takes a second to import; only reasoning_gym: sources need it.
   import reasoning_gym  # pylint: disable=g-import-not-at-top
 
   options = dict(options or {})
@@ -279,7 +282,6 @@ def train_batches(problems: list[Problem], batch_size: int, seed: int):
   Deterministic, so a resumed run that skips k batches sees exactly the
   batches the uninterrupted run saw after step k.
   """
-  import grain  # pylint: disable=g-import-not-at-top
 
   if len(problems) < batch_size:
     raise errors.UserError(
