@@ -23,9 +23,7 @@ import qwix
 
 from gemma_grpo import errors
 from gemma_grpo.runtime import mesh as mesh_lib
-from gemma_grpo import seam
-
-seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
+from gemma_grpo.seam import qwix_lora
 
 
 def _probe_inputs(mesh) -> dict:
@@ -63,11 +61,7 @@ def _add_adapters(base, provider, rngs, mesh):
   def forward_pass(model):
     model(**inputs)
 
-  actor = qwix.apply_lora_to_model(base, provider, rngs=rngs, skip_nnx_init=True)
-  actor.set_attributes(qwix_rngs=rngs)  # what Qwix's own pass initialises from
-  forward_pass(actor)
-  actor.set_attributes(qwix_rngs=None)
-  return actor
+  return qwix_lora.apply_lora_initialised_by(base, provider, rngs, forward_pass)
 
 
 _holders: dict[type, threading.Thread] = {}
@@ -87,8 +81,6 @@ def keep_interception_installed(provider_type: type) -> None:
   open means they are never unpatched; threads outside a Qwix call still get
   the original functions (one lock and lookup more per call). Seam touch 9.
   """
-  from qwix._src import interception  # pylint: disable=g-import-not-at-top
-
   with _holders_lock:
     if provider_type in _holders:
       return
@@ -99,10 +91,7 @@ def keep_interception_installed(provider_type: type) -> None:
       entered.set()
       threading.Event().wait()  # until the process exits (daemon thread)
 
-    held = hold_open
-    for get_interceptor in holder_provider.get_interceptors():
-      held = interception.wrap_func_intercepted(held, get_interceptor,
-                                                disable_jit=holder_provider.disable_jit)
+    held = qwix_lora.intercepted(hold_open, holder_provider)
     thread = threading.Thread(target=held, name=f"qwix-{provider_type.__name__}-held", daemon=True)
     thread.start()
     entered.wait()

@@ -21,10 +21,9 @@ a lost host) stops its heartbeat counter; the others notice within
 STALE_AFTER_S seconds. Without this, the survivors would wait in their next
 collective until JAX's own timeouts (minutes) and then abort with a C++ trace.
 
-JAX internals used here (no public API exists for them in jax 0.10.2):
-`jax._src.distributed.global_state.client`, the coordination service's
-key-value store, which the watchdog needs because a collective cannot run on
-a background thread. Orbax's multi-host code reads the same attribute.
+The watchdog reads the coordination service's key-value store through
+seam.jax_distributed (JAX has no public API for it), because a collective
+cannot run on a background thread.
 """
 
 from __future__ import annotations
@@ -236,9 +235,10 @@ def finish(code: int) -> int:
 
 
 def _client():
-  from jax._src import distributed as jax_distributed  # pylint: disable=g-import-not-at-top
+  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
+  from gemma_grpo.seam import jax_distributed  # pylint: disable=g-import-not-at-top
 
-  return jax_distributed.global_state.client
+  return jax_distributed.coordination_client()
 
 
 def process_count() -> int:

@@ -1,0 +1,61 @@
+"""Touches 1, 2 and 8: Tunix's RLCluster, as rl/cluster.py reshapes it.
+
+1. RLCluster keeps `_anchor_policy_state`, a full copy of the actor's
+   weights (1.07 GB for the 270M) for Tunix's own old-log-prob path, which
+   our learner never reads: `drop_anchor_policy_state` sets it to None.
+   Removed by: an RLCluster option not to keep the anchor.
+2. RLCluster builds its actor trainer itself: `use_trainer_class` swaps the
+   built trainer's class for ours (rl/trainers.py).
+   Removed by: a trainer class (or factory) argument to RLCluster.
+8. The actor trainer is built from a deep copy of the cluster's training
+   config: the trainer updates every train.mini_batch_size prompts (its
+   copy), while RLLearner.train, reading the cluster's config, takes the
+   whole batch as one mini-batch and so rolls it out once (verl's
+   mini-batches; Tunix rolls out each mini-batch before its update).
+   Removed by: an RLTrainingConfig field for updates per rollout.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from gemma_grpo.seam import versions
+
+versions.check_versions()
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from tunix.rl import rl_cluster
+from tunix.rl import rl_learner
+from tunix.rl import trainer as rl_trainer
+from tunix.sft import peft_trainer
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+
+def _anchor_policy_state() -> None:
+  versions.expect("self._anchor_policy_state" in inspect.getsource(rl_cluster.RLCluster),
+                  "1", "RLCluster no longer keeps self._anchor_policy_state")
+
+
+def _trainer_class_swap() -> None:
+  versions.expect(
+      isinstance(inspect.getattr_static(rl_cluster.RLCluster, "actor_trainer"), property)
+      and "self._actor_trainer = rl_trainer.Trainer(" in inspect.getsource(rl_cluster.RLCluster),
+      "2", "RLCluster no longer builds its actor trainer as rl_trainer.Trainer")
+  versions.expect(issubclass(rl_trainer.Trainer, peft_trainer.PeftTrainer),
+                  "2", "rl_trainer.Trainer is no longer a PeftTrainer")
+
+
+def _one_rollout_per_batch() -> None:
+  versions.expect("actor_config = copy.deepcopy(self.cluster_config.training_config)"
+                  in inspect.getsource(rl_cluster.RLCluster),
+                  "8", "RLCluster no longer builds its actor trainer from a copy of the training config")
+  train = inspect.getsource(rl_learner.RLLearner.train)
+  for name in ("self._training_config.mini_batch_size", '"gradient_accumulation_steps"'):
+    versions.expect(name in train, "8", f"RLLearner.train no longer reads {name}")
+
+
+CANARIES = {
+    "1 RLCluster._anchor_policy_state": _anchor_policy_state,
+    "2 RLCluster.actor_trainer class": _trainer_class_swap,
+    "8 RLCluster's actor config copy": _one_rollout_per_batch,
+}

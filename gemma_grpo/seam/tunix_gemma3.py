@@ -1,0 +1,67 @@
+"""Touches 5, 6 and 10: Tunix's Gemma-3, as model/gemma3_rl.py extends it.
+
+5. gemma3_rl.Gemma3 calls Gemma3._encode_and_get_inputs (the embedding of
+   last-token decoding) and is swapped in by graphdef (nnx.merge of Tunix's
+   state into our subclass). Removed by: Tunix exposing a forward over
+   hidden states / a decode step with a cache of our shape.
+6. The rollout and the export read Attention._query_norm / _key_norm (the
+   q/k RMS norms) and the state paths that carry those names. Removed by:
+   public names for the norms (the state paths are the checkpoint format,
+   so these only change with a checkpoint-format change).
+10. gemma3_rl re-implements Tunix's DecoderLayer.block and FeedForward.block
+   for a LoRA policy and applies the feed-forward's adapters itself
+   (lora_dot: Qwix's `res + delta * alpha / rank` with the adapters Qwix
+   names kernel_lora_a/kernel_lora_b), so that their backward pass is
+   written out: autodiff of Qwix's form leaves XLA:CPU writing the [tokens,
+   F] gradients transposed (most of the 270M update's 2.4 thread-seconds of
+   copies). The canary fingerprints the two Tunix methods. Removed by:
+   XLA:CPU laying that contraction out in place, or Qwix taking a custom
+   LoRA dot.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from gemma_grpo.seam import versions
+
+versions.check_versions()
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from qwix._src.providers import lora as qwix_lora
+from tunix.models.gemma3 import model as gemma3
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+# Whitespace- and comment-free source of the methods gemma3_rl re-implements,
+# as of google-tunix 0.1.7.
+_BLOCK_FINGERPRINTS = {"DecoderLayer.block": "66abd2f267646069",
+                       "FeedForward.block": "1762f16d586e1852"}
+
+
+def _encode_and_get_inputs() -> None:
+  method = getattr(gemma3.Gemma3, "_encode_and_get_inputs", None)
+  versions.expect(method is not None and "tokens" in versions.params(method),
+                  "5", "Gemma3._encode_and_get_inputs(*, tokens) is gone")
+
+
+def _qk_norm_names() -> None:
+  source = inspect.getsource(gemma3.Attention.__init__)
+  versions.expect("self._query_norm" in source and "self._key_norm" in source,
+                  "6", "Attention no longer names its q/k norms _query_norm/_key_norm")
+
+
+def _own_feed_forward() -> None:
+  for name, expected in _BLOCK_FINGERPRINTS.items():
+    cls, method = name.split(".")
+    versions.expect(
+        versions.fingerprint(inspect.getsource(getattr(getattr(gemma3, cls), method))) == expected,
+        "10", f"Tunix's {name} changed; gemma3_rl._decoder_layer/_feed_forward copy it")
+  versions.expect("return res + delta * (rule.alpha / rule.rank)" in inspect.getsource(qwix_lora),
+                  "10", "Qwix's LoRA dot_general no longer returns res + delta * alpha / rank")
+
+
+CANARIES = {
+    "5 Gemma3._encode_and_get_inputs": _encode_and_get_inputs,
+    "6 Attention._query_norm/_key_norm": _qk_norm_names,
+    "10 the LoRA feed-forward run by gemma3_rl": _own_feed_forward,
+}
