@@ -86,3 +86,17 @@ def test_prompt_length_counts_bos(loaded, generator):
 def test_decoding_rejects_bad_values(kwargs):
   with pytest.raises(ValueError):
     eval_generation.Decoding(**kwargs)
+
+
+def test_from_config_builds_the_generator_of_the_rollout_and_lora_sections(loaded, generator):
+  (model, mesh) = loaded
+  c = tiny.get_config()
+  with c.unlocked():
+    c.rollout.engine = "tunix"  # the engine of the `generator` fixture
+    c.rollout.max_prompt_length = MAX_PROMPT
+  built = eval_generation.Generator.from_config(model.model, model.tokenizer, mesh, c.rollout,
+                                                c.lora, max_new_tokens=MAX_NEW)
+  assert built.stop_token_ids == tokenizer_lib.stop_token_ids(model.tokenizer)
+  greedy = eval_generation.Decoding(max_new_tokens=MAX_NEW)
+  assert (built.generate(PROMPTS[:2], greedy, batch_size=2)
+          == generator.generate(PROMPTS[:2], greedy, batch_size=2))

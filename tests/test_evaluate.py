@@ -2,12 +2,20 @@
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
-from conftest import run_cli
-from gemma_grpo.tasks import data as data_lib
+from conftest import REPO, cli_env, run_cli
+from gemma_grpo import config as config_lib
+from gemma_grpo import errors
 from gemma_grpo.commands import evaluate
+from gemma_grpo.rl import eval_targets
+from gemma_grpo.tasks import data as data_lib
+from gemma_grpo.tasks import eval_data
+from gemma_grpo.tasks import eval_report
 from gemma_grpo.tasks import scoring
 
 @pytest.mark.parametrize("source, split, expected", [
@@ -20,7 +28,7 @@ from gemma_grpo.tasks import scoring
     ("reasoning_gym:gsm_symbolic", None, False),
 ])
 def test_is_gsm8k_test(source, split, expected):
-  assert evaluate.is_gsm8k_test(source, split) is expected
+  assert eval_data.is_gsm8k_test(source, split) is expected
 
 
 @pytest.mark.parametrize("trained_on, data, split, contaminated", [
@@ -32,12 +40,11 @@ def test_is_gsm8k_test(source, split, expected):
     (None, "gsm8k", "test", False),  # a model source: nothing known
 ])
 def test_contamination(trained_on, data, split, contaminated):
-  target = evaluate.Target("random", trained_on=trained_on)
-  assert bool(evaluate.contamination(target, data, split)) is contaminated
+  assert bool(eval_data.contamination(trained_on, data, split)) is contaminated
 
 
 def test_table_with_a_baseline():
-  text = evaluate.table({"num_problems": 4, "accuracy": 0.5, "mean_length_chars": 12.25},
+  text = eval_report.table({"num_problems": 4, "accuracy": 0.5, "mean_length_chars": 12.25},
                         {"num_problems": 4, "accuracy": 0.25, "pass@2": 0.5}, "base_dir")
   lines = text.splitlines()
   assert lines[0].split() == ["metric", "base_dir", "this", "run", "delta"]
@@ -48,9 +55,9 @@ def test_table_with_a_baseline():
 
 
 def test_target_default_out(tmp_path):
-  assert str(evaluate.Target("gguf:gemma-3-270m").default_out()) == "runs/eval/gguf_gemma-3-270m"
-  assert str(evaluate.Target("hf:google/gemma-3-1b-it").default_out()) == "runs/eval/hf_google_gemma-3-1b-it"
-  assert evaluate.Target("random", tmp_path, 7).default_out() == tmp_path / "eval_step7"
+  assert str(eval_targets.Target("gguf:gemma-3-270m").default_out()) == "runs/eval/gguf_gemma-3-270m"
+  assert str(eval_targets.Target("hf:google/gemma-3-1b-it").default_out()) == "runs/eval/hf_google_gemma-3-1b-it"
+  assert eval_targets.Target("random", tmp_path, 7).default_out() == tmp_path / "eval_step7"
 
 
 # --- The command, on a tiny trained run ---------------------------------------
@@ -206,37 +213,28 @@ def test_cli_eval_of_a_checkpoint_repeats_the_runs_own_eval_token_for_token(tmp_
 
 
 def test_default_data_is_the_configs_own_source_never_a_training_file():
-  from configs import base  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import errors  # pylint: disable=g-import-not-at-top
-
-  c = base.get_config()
+  c = config_lib.defaults()
   for source in ("reasoning_gym:simple_equations", "gsm8k"):
     c.data.source = source
-    assert evaluate.default_data(c) == source
+    assert eval_data.default_data(c.data) == source
   c.data.source = "/data/gsm8k/train.jsonl"
   with pytest.raises(errors.UserError, match="--data: required"):
-    evaluate.default_data(c)
+    eval_data.default_data(c.data)
 
 
 def test_latest_run_is_the_one_with_the_newest_checkpoint(tmp_path):
-  import os  # pylint: disable=g-import-not-at-top
-
-  assert evaluate.latest_run(tmp_path / "runs") is None
+  assert eval_targets.latest_run(tmp_path / "runs") is None
   for name, age in (("old", 100), ("new", 10), ("not_a_run", 0)):
     step = tmp_path / "runs" / name / "checkpoints" / "actor" / "4"
     step.mkdir(parents=True)
     os.utime(step, (1e9 - age, 1e9 - age))
     if name != "not_a_run":  # a run has its config.json
       (tmp_path / "runs" / name / "config.json").write_text("{}")
-  assert evaluate.latest_run(tmp_path / "runs") == tmp_path / "runs" / "new"
+  assert eval_targets.latest_run(tmp_path / "runs") == tmp_path / "runs" / "new"
 
 
 def test_eval_as_typed_after_the_first_command_compares_the_run_with_its_base(tiny_run, tmp_path):
   import shutil  # pylint: disable=g-import-not-at-top
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
-
-  from conftest import REPO, cli_env  # pylint: disable=g-import-not-at-top
 
   shutil.copytree(tiny_run, tmp_path / "runs" / "tiny")
   proc = subprocess.run(
@@ -251,3 +249,28 @@ def test_eval_as_typed_after_the_first_command_compares_the_run_with_its_base(ti
   assert "accuracy difference +0.0 points" in proc.stdout
   assert (tmp_path / "runs" / "tiny" / "eval_step2" / scoring.SUMMARY_FILE).is_file()
   assert (tmp_path / "runs" / "eval" / "random" / scoring.SUMMARY_FILE).is_file()
+
+
+HEAVY = ("jax", "tunix", "flax", "orbax", "transformers", "torch")
+
+
+@pytest.mark.parametrize("args, code", [
+    (["--help"], 0),
+    (["--model", "random", "--num-test", "0"], 2),
+    (["--workdir", "runs/x", "--model", "random"], 2),
+])
+def test_help_and_a_bad_flag_answer_in_half_a_second(args, code):
+  # A fresh interpreter: the suite's own has imported JAX long ago.
+  script = (
+      "import sys, time\nstart = time.perf_counter()\n"
+      "from gemma_grpo.commands import evaluate\n"
+      "try:\n  evaluate.main(sys.argv[1:])\nexcept SystemExit as e:\n  code = e.code\n"
+      "else:\n  code = 0\n"
+      f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))\n"
+      "print(f'{code} {time.perf_counter() - start:.3f} {heavy}', file=sys.stderr)\n")
+  proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO, env=cli_env(1),
+                        capture_output=True, text=True, timeout=60, check=False)
+  exit_code, seconds, heavy = proc.stderr.strip().splitlines()[-1].split(" ", 2)
+  assert int(exit_code) == code, proc.stderr
+  assert heavy == "[]", proc.stderr
+  assert float(seconds) < 0.5, proc.stderr

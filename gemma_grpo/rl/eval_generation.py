@@ -18,8 +18,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from gemma_grpo.runtime import console
+import jax
+import ml_collections
+from tunix.generate import sampler as sampler_lib
+from tunix.rl.rollout import base_rollout
+
 from gemma_grpo.model import tokenizer as tokenizer_lib
+from gemma_grpo.rl import multi_turn
+from gemma_grpo.rl import rollout
+from gemma_grpo.runtime import console
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -80,8 +87,6 @@ class Generator:
     self._tokenizer = tokenizer
     self._engine = engine
     if engine == "grouped":
-      from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
-
       self._rollout = rollout.GroupedRollout(model, tokenizer, mesh, lora_scale=lora_scale,
                                              decode_dtype=decode_dtype,
                                              screen_lm_head=screen_lm_head,
@@ -92,8 +97,6 @@ class Generator:
       raise ValueError(f"engine={engine!r}: must be 'grouped' or 'tunix'")
     if tool_runner is not None and max_tool_calls:
       raise ValueError("tools need engine='grouped' (Tunix's sampler cannot pause for a tool)")
-    from tunix.generate import sampler as sampler_lib  # pylint: disable=g-import-not-at-top
-
     config = model.config
     self._sampler = sampler_lib.Sampler(
         model, tokenizer,
@@ -105,6 +108,27 @@ class Generator:
             head_dim=config.head_dim,
         ),
     )
+
+  @classmethod
+  def from_config(cls, model, tokenizer, mesh, rollout_c: ml_collections.ConfigDict,
+                  lora_c: ml_collections.ConfigDict, *, max_new_tokens: int,
+                  max_prompt_length: int | None = None) -> "Generator":
+    """The generator of a run's `rollout` and `lora` sections: its engine, stops
+    and tools, LoRA scale alpha / r, prompts up to `max_prompt_length` (default
+    rollout.max_prompt_length)."""
+    if max_prompt_length is None:
+      max_prompt_length = rollout_c.max_prompt_length
+    return cls(
+        model, tokenizer, mesh, max_prompt_length=max_prompt_length,
+        max_new_tokens=max_new_tokens, stop_token_ids=tokenizer_lib.stop_token_ids(tokenizer),
+        stop_text=rollout_c.stop_text, engine=rollout_c.engine,
+        lora_scale=lora_c.alpha / lora_c.rank, decode_dtype=rollout_c.decode_dtype,
+        screen_lm_head=rollout_c.screen_lm_head, tool_runner=multi_turn.tool_runner(rollout_c),
+        max_tool_calls=rollout_c.max_tool_calls)
+
+  @property
+  def stop_token_ids(self) -> list[int]:
+    return list(self._stop_token_ids)
 
   def prompt_length(self, prompt: str) -> int:
     """Tokens the sampler feeds for `prompt`, <bos> included."""
@@ -146,8 +170,6 @@ class Generator:
   def _generate_batch(self, prompts: list[str], decoding: Decoding,
                       batch_number: int) -> tuple[list[str], list[Any], list[Any]]:
     """(texts, token ids, tool masks: True where a token is a tool's result)."""
-    import jax  # pylint: disable=g-import-not-at-top
-
     if decoding.greedy:
       sampling = dict(temperature=0.0, top_p=None, top_k=None, seed=None)
     else:
@@ -155,8 +177,6 @@ class Generator:
       sampling = dict(temperature=decoding.temperature, top_p=decoding.top_p,
                       top_k=decoding.top_k or None, seed=key)
     if self._engine == "grouped":
-      from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
-
       # What the RLCluster hands the engine for an in-training eval (greedy:
       # top_p None), or a training rollout's settings for sampling.
       config = base_rollout.RolloutConfig(
