@@ -25,21 +25,18 @@ from typing import Any, Callable, Mapping, Sequence
 import ml_collections
 
 from gemma_grpo import config as config_lib
-from gemma_grpo.tasks import data as data_lib
 from gemma_grpo import errors
-from gemma_grpo.commands import export as export_lib
-from gemma_grpo.rl import eval_generation
+from gemma_grpo import storage
+from gemma_grpo.model import hf_export
+from gemma_grpo.model import policy as policy_lib
+from gemma_grpo.rl import evaluation
+from gemma_grpo.rl import training_run
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.runtime import metrics as metrics_lib
-from gemma_grpo.rl import multi_turn
-from gemma_grpo.model import policy as policy_lib
-from gemma_grpo.tasks import rewards
-from gemma_grpo.tasks import scoring
-from gemma_grpo import storage
-from gemma_grpo.model import tokenizer as tokenizer_lib
-from gemma_grpo.tasks import tools as tools_lib
-from gemma_grpo.commands import train as train_lib
 from gemma_grpo.runtime import workdir_lock
+from gemma_grpo.tasks import data as data_lib
+from gemma_grpo.tasks import rewards
+from gemma_grpo.tasks import tools as tools_lib
 
 
 class TrainingStopped(RuntimeError):
@@ -47,7 +44,7 @@ class TrainingStopped(RuntimeError):
 
   def __init__(self, exit_code: int, workdir: pathlib.Path):
     super().__init__(f"training in {workdir} stopped with exit code {exit_code}"
-                     " (see gemma_grpo/commands/train.py); its checkpoints are kept")
+                     " (gemma_grpo/commands/command.py lists the codes); its checkpoints are kept")
     self.exit_code = exit_code
 
 
@@ -113,7 +110,7 @@ def train(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Run:
   workdir = os.fspath(workdir)
   config_lib.validate(c)  # it may have changed since load_config
   with workdir_lock.held(storage.path(workdir), take=True):
-    code = train_lib.train(c, workdir)
+    code = training_run.train(c, workdir)
   if code:
     raise TrainingStopped(code, pathlib.Path(workdir))
   return Run(pathlib.Path(workdir))
@@ -133,29 +130,10 @@ def evaluate(policy: policy_lib.Policy, problems: Sequence[data_lib.Problem], *,
   Returns {"metrics": {...}, "samples": [...]}: accuracy, format, rewards
   and lengths; one record per problem (prompt, completion, grade).
   """
-  c = policy.config
-  tokenizer = policy.loaded.tokenizer
-  max_new_tokens = max_new_tokens or c.eval.max_new_tokens
-  generator = eval_generation.Generator(
-      policy.actor, tokenizer, mesh_lib.make_mesh(c.mesh),
-      max_prompt_length=c.rollout.max_prompt_length, max_new_tokens=max_new_tokens,
-      stop_token_ids=tokenizer_lib.stop_token_ids(tokenizer), stop_text=c.rollout.stop_text,
-      engine=c.rollout.engine, lora_scale=c.lora.alpha / c.lora.rank,
-      decode_dtype=c.rollout.decode_dtype, screen_lm_head=c.rollout.screen_lm_head,
-      tool_runner=multi_turn.tool_runner(c.rollout), max_tool_calls=c.rollout.max_tool_calls)
-  decoding = eval_generation.Decoding(max_new_tokens=max_new_tokens)
-
-  def generate(prompts):
-    out = generator.generate(prompts, decoding, batch_size=c.eval.batch_size)
-    return out.texts, out.truncated, out.num_tokens
-
-  metrics, samples = scoring.run(generate, list(problems), c.eval.batch_size,
-                                      reward_fns=rewards.from_config(c.rewards),
-                                      tools=bool(c.rollout.tools))
-  return {"metrics": metrics, "samples": samples}
+  return evaluation.evaluate_policy(policy, problems, max_new_tokens=max_new_tokens)
 
 
 def export(workdir: str | os.PathLike, out: str | os.PathLike, *, fmt: str = "hf",
            dtype: str = "float32", step: int | None = None, overwrite: bool = False) -> pathlib.Path:
   """Merges the run's LoRA into its base and writes HF safetensors (or GGUF) to `out`."""
-  return export_lib.export(workdir, out, step=step, dtype=dtype, fmt=fmt, overwrite=overwrite)
+  return hf_export.export(workdir, out, step=step, dtype=dtype, fmt=fmt, overwrite=overwrite)
