@@ -1,8 +1,10 @@
 """Tool calls inside completions: the pause test, the host's turns, and the engine resuming."""
 
+import dataclasses
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from tunix.generate import tokenizer_adapter
@@ -28,10 +30,14 @@ def tiny_model():
 
 
 def paused_after(texts, previous, token):
-  """The decode loop's pause test, in numpy, for `token` after `previous`."""
+  """The decode loop's pause test (multi_turn.force_results) for `token` after `previous`."""
   ends = multi_turn.CallEnds.from_texts(texts)
-  return bool(ends.ends_call_V[token] or (
-      ends.needs_char_V[token] >= 0 and ends.needs_char_V[token] == ends.last_char_V[previous]))
+  no_results_1x2 = jnp.full((1, 2), -1, jnp.int32)
+  turns = (no_results_1x2, *(jnp.asarray(x) for x in dataclasses.astuple(ends)))
+  token_1, from_tool_1, paused_1 = multi_turn.force_results(
+      turns, 1, jnp.asarray([token]), jnp.asarray([[previous, 0]]), jnp.asarray([False]))
+  assert int(token_1[0]) == token and not bool(from_tool_1[0])
+  return bool(paused_1[0])
 
 
 # (text of the previous token, text of the new one, pauses)
@@ -52,6 +58,20 @@ PAUSES = [
 def test_the_loop_pauses_where_a_call_may_have_closed(previous, token, pauses):
   texts = ["", previous, token]
   assert paused_after(texts, 1, 2) == pauses
+
+
+def test_a_tool_result_is_forced_into_live_rows_and_never_pauses():
+  # Row 0 takes the result's token 7; row 1 samples ">" after "call" and may
+  # have closed a call; row 2 has stopped, so its forced token is ignored.
+  ends = multi_turn.CallEnds.from_texts(["", "call", ">", "", "", "", "", ">"])
+  forced_BxT = jnp.asarray([[-1, 7], [-1, -1], [-1, 7]], jnp.int32)
+  turns = (forced_BxT, *(jnp.asarray(x) for x in dataclasses.astuple(ends)))
+  tokens_BxT = jnp.asarray([[1, 0], [1, 0], [1, 0]], jnp.int32)
+  token_B, from_tool_B, paused_B = multi_turn.force_results(
+      turns, 1, jnp.asarray([2, 2, 2]), tokens_BxT, jnp.asarray([False, False, True]))
+  assert token_B.tolist() == [7, 2, 2]
+  assert from_tool_B.tolist() == [True, False, False]
+  assert paused_B.tolist() == [False, True, False]
 
 
 def test_every_way_gemmas_tokenizer_writes_a_closing_tag_pauses(tiny_model):

@@ -12,6 +12,8 @@ from tunix.rl.rollout import base_rollout
 
 from conftest import device_mesh
 from configs import tiny
+from gemma_grpo.rl import decode_layers
+from gemma_grpo.rl import lm_head_screen
 from gemma_grpo.rl import logprobs
 from gemma_grpo.model import lora
 from gemma_grpo.model import model_loading
@@ -139,23 +141,6 @@ def test_top_k_one_is_greedy(tiny_setup):
   assert [t.tolist() for t in top1.tokens] == greedy
 
 
-@pytest.mark.parametrize("top_k, top_p, allowed", [
-    (None, 1.0, {0, 1, 2, 3}),
-    (2, 1.0, {0, 1}),
-    (None, 0.5, {0}),  # token 0 alone holds 0.6 > 0.5 of the mass
-    (None, 0.7, {0, 1}),
-    (3, 0.95, {0, 1, 2}),
-])
-def test_sample_tokens_keeps_exactly_the_top_k_and_nucleus(top_k, top_p, allowed):
-  probs = np.array([0.6, 0.25, 0.1, 0.05])
-  logits = jnp.asarray(np.tile(np.log(probs), (4096, 1)), jnp.float32)
-  sampling = rollout.Sampling(greedy=False, temperature=1.0, top_k=top_k, top_p=top_p)
-  drawn = np.asarray(rollout.sample_tokens(logits, jax.random.PRNGKey(0), sampling))
-  assert set(drawn.tolist()) == allowed
-  if top_k is None and top_p == 1.0:  # plain softmax sampling: frequencies follow probs
-    np.testing.assert_allclose(np.bincount(drawn, minlength=4) / len(drawn), probs, atol=0.03)
-
-
 @pytest.mark.parametrize("texts, starts, size", [
     (["a", "a", "b", "b"], [0, 2], 2),
     (["a", "b", "c"], [0, 1, 2], 1),
@@ -196,7 +181,7 @@ def test_returned_logprobs_are_the_trainers_log_probs_of_the_drawn_tokens(tiny_s
 
 def test_bfloat16_decode_rounds_the_decode_weights_and_stays_close_to_the_policy(tiny_setup):
   mesh, actor, tokenizer, engine = tiny_setup
-  weights = rollout.decode_weights(actor, lora_scale=1.0, dtype=jnp.bfloat16)
+  weights = decode_layers.decode_weights(actor, lora_scale=1.0, dtype=jnp.bfloat16)
   assert weights[0].query_NHxD.dtype == jnp.bfloat16 and weights[0].down_DxF.dtype == jnp.bfloat16
   assert weights[0].attn_norm_D.dtype == jnp.float32
   half = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=engine._lora_scale,  # pylint: disable=protected-access
@@ -245,120 +230,10 @@ def test_an_unknown_screen_setting_is_refused_and_auto_follows_the_cpu(tiny_setu
   with pytest.raises(ValueError, match="screen_lm_head='always': must be one of auto, on, off"):
     rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, screen_lm_head="always")
   for pays in (True, False):
-    monkeypatch.setattr(rollout, "screen_pays_off", lambda pays=pays: pays)
+    monkeypatch.setattr(lm_head_screen, "screen_pays_off", lambda pays=pays: pays)
     engine = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0)
     assert engine._screen is pays  # pylint: disable=protected-access
   # A bfloat16 head is not screened: it is the screen's own precision.
   half = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, decode_dtype="bfloat16",
                                 screen_lm_head="on")
   assert not half._screen  # pylint: disable=protected-access
-
-
-@pytest.mark.parametrize("flags, pays", [
-    ("fpu sse avx512f avx512_bf16 avx512_vnni", False),  # the AMD EPYC where it measured slower
-    ("fpu sse avx512f avx512_bf16 amx_bf16 amx_tile", True),  # an Intel Xeon with AMX
-    ("fp asimd bf16", False),  # Arm's bfloat16 dot, not measured
-])
-def test_auto_screens_only_on_cpus_with_bfloat16_matrix_units(tmp_path, flags, pays):
-  cpuinfo = tmp_path / "cpuinfo"
-  cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: {flags}\n")
-  assert rollout.screen_pays_off(str(cpuinfo)) is pays
-  assert rollout.screen_pays_off(str(tmp_path / "missing")) is False
-
-
-def screened_top(normed_BxD, head_VxD, k, width, temperature=1.0):
-  screen = (head_VxD.astype(jnp.bfloat16), jnp.max(jnp.linalg.norm(head_VxD, axis=-1)))
-  return jax.jit(rollout._screened_top, static_argnums=(4, 5, 6))(  # pylint: disable=protected-access
-      normed_BxD, head_VxD, *screen, k, width, temperature)
-
-
-def full_top(normed_BxD, head_VxD, k, temperature=1.0):
-  return jax.lax.top_k(rollout._project(normed_BxD, head_VxD) / temperature, k)  # pylint: disable=protected-access
-
-
-def test_screened_top_k_is_the_float32_top_k_when_proved():
-  rng = np.random.default_rng(0)
-  head_VxD = jnp.asarray(rng.normal(size=(8192, 32)), jnp.float32)
-  normed_BxD = jnp.asarray(3 * rng.normal(size=(4, 32)), jnp.float32)
-  top_BxK, ids_BxK, proved = screened_top(normed_BxD, head_VxD, k=5, width=64, temperature=0.7)
-  want_top_BxK, want_ids_BxK = full_top(normed_BxD, head_VxD, k=5, temperature=0.7)
-  assert bool(proved)
-  np.testing.assert_array_equal(ids_BxK, want_ids_BxK)
-  np.testing.assert_allclose(top_BxK, want_top_BxK, rtol=1e-6)
-
-
-def test_a_flat_tail_defeats_the_proof_and_the_full_head_answers():
-  rng = np.random.default_rng(1)
-  # 300 near-equal logits around the 5th: no 16 candidates can prove a top 5.
-  normed_BxD = jnp.asarray(np.eye(2, 32), jnp.float32)
-  head_VxD = np.asarray(0.01 * rng.normal(size=(4096, 32)), np.float32)
-  head_VxD[:300, :2] = 1.0 + 1e-4 * rng.normal(size=(300, 2))
-  head_VxD = jnp.asarray(head_VxD)
-  top_BxK, ids_BxK, proved = screened_top(normed_BxD, head_VxD, k=5, width=16)
-  want_top_BxK, want_ids_BxK = full_top(normed_BxD, head_VxD, k=5)
-  assert not bool(proved)
-  np.testing.assert_array_equal(ids_BxK, want_ids_BxK)
-  np.testing.assert_array_equal(top_BxK, want_top_BxK)
-
-
-def test_the_screen_error_bound_holds_where_rounding_is_worst():
-  # Every coordinate 1 + 0.75 * 2^-8 rounds down to 1 in bfloat16, in both
-  # factors and with one sign: the error adds up to about 3/4 of the bound.
-  d = 640
-  value = 1 + 0.75 * 2.0 ** -8
-  normed_1xD = jnp.full((1, d), value, jnp.float32)
-  head_2xD = jnp.stack([jnp.full((d,), value, jnp.float32), jnp.full((d,), -value, jnp.float32)])
-  screen_1x2 = jnp.einsum("bi,vi->bv", normed_1xD.astype(jnp.bfloat16), head_2xD.astype(jnp.bfloat16),
-                          preferred_element_type=jnp.float32)
-  error = float(jnp.max(jnp.abs(screen_1x2 - normed_1xD @ head_2xD.T)))
-  bound = float(rollout.screen_error_bound(normed_1xD, jnp.max(jnp.linalg.norm(head_2xD, axis=-1)))[0])
-  assert 0.6 * bound < error <= bound
-
-
-@pytest.mark.parametrize("sampling, vocab, width", [
-    (rollout.Sampling(greedy=True, temperature=1.0, top_k=None, top_p=1.0), 262144, 256),
-    (rollout.Sampling(greedy=False, temperature=0.9, top_k=50, top_p=1.0), 262144, 256),
-    (rollout.Sampling(greedy=False, temperature=0.9, top_k=100, top_p=1.0), 262144, 400),
-    (rollout.Sampling(greedy=False, temperature=0.9, top_k=None, top_p=0.9), 262144, 0),
-    (rollout.Sampling(greedy=False, temperature=0.9, top_k=50, top_p=1.0), 512, 0),
-])
-def test_screen_width(sampling, vocab, width):
-  assert rollout.screen_width(sampling, vocab) == width
-
-
-@pytest.mark.parametrize("vocab, crowded", [(8192, False), (8192, True), (8000, False)],
-                         ids=["blocks", "best-tokens-in-one-block", "top_k (no whole blocks)"])
-def test_screen_candidates_are_the_best_tokens_and_bound_the_rest(vocab, crowded):
-  rng = np.random.default_rng(2)
-  screen_BxV = rng.normal(size=(3, vocab)).astype(np.float32)
-  if crowded:  # the 40 best tokens of row 0 share one block
-    screen_BxV[0, 128:168] = 10 + rng.random(40)
-  beyond_B, candidates_BxW = rollout._screen_candidates(jnp.asarray(screen_BxV), 48)  # pylint: disable=protected-access
-  want_BxW = np.argsort(-screen_BxV, axis=-1)[:, :48]
-  np.testing.assert_array_equal(np.sort(candidates_BxW, axis=-1), np.sort(want_BxW, axis=-1))
-  others_BxV = screen_BxV.copy()
-  np.put_along_axis(others_BxV, want_BxW, -np.inf, axis=-1)
-  assert np.all(others_BxV.max(axis=-1) <= beyond_B)
-  np.testing.assert_array_equal(beyond_B, np.take_along_axis(screen_BxV, want_BxW, -1).min(-1))
-
-
-@pytest.mark.parametrize("values, k", [
-    ("distinct", 50), ("ties", 50), ("ties", 7), ("best-in-one-block", 40), ("distinct", 1),
-    ("no whole blocks", 50), ("tie across blocks", 2)])
-def test_top_k_is_lax_top_k_with_its_ties_and_order(values, k):
-  rng = np.random.default_rng(3)
-  vocab = 8000 if values == "no whole blocks" else 262144
-  x_BxV = rng.normal(size=(4, vocab)).astype(np.float32)
-  if values == "ties":  # a few hundred distinct values: ties everywhere, at the k-th too
-    x_BxV = np.round(x_BxV * 60) / 60
-  if values == "best-in-one-block":
-    x_BxV[0, 640:680] = 10 + rng.random(40)
-  if values == "tie across blocks":
-    # Row 0's best is 9 in block 5; its second, 3, sits in block 5 and in
-    # block 2: top_k takes the lower id, block 2's, though block 5 ranks first.
-    x_BxV[0] = np.minimum(x_BxV[0], 2.0)
-    x_BxV[0, 5 * 64 + 7], x_BxV[0, 5 * 64 + 1], x_BxV[0, 2 * 64 + 30] = 9.0, 3.0, 3.0
-  got_values, got_ids = rollout.top_k(jnp.asarray(x_BxV), k)
-  want_values, want_ids = jax.lax.top_k(jnp.asarray(x_BxV), k)
-  np.testing.assert_array_equal(got_values, want_values)
-  np.testing.assert_array_equal(got_ids, want_ids)

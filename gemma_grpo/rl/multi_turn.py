@@ -1,4 +1,4 @@
-"""Tool calls inside a completion: the host's half of multi-turn decoding.
+"""Tool calls inside a completion: multi-turn decoding, mostly the host's half.
 
 A completion may write `<tool_call>name: arguments</tool_call>`; the tool then
 runs here, on the host, and its `<tool_result>…</tool_result>` is fed to the
@@ -8,10 +8,11 @@ the completion's token budget.
 
 The engine's decode loop (rollout._decode_loop) stops after any step in which
 a row may have closed a call (a cheap necessary test on its last two tokens,
-`CallEnds`); `ToolTurns.resume` reads each such row's text since its last
-tool result, runs the call if the text holds a complete one, and writes the
-result's tokens into `forced_BxT` at the row's next slots. The loop then
-resumes with every row where it was: rows at different turns decode together.
+`CallEnds`, made on the device by `force_results`); `ToolTurns.resume` reads
+each such row's text since its last tool result, runs the call if the text
+holds a complete one, and writes the result's tokens into `forced_BxT` at the
+row's next slots. The loop then resumes with every row where it was: rows at
+different turns decode together.
 
 Result tokens sit in the completion (the model reads them) but are marked in
 `tool_mask`, which keeps them out of the loss, the KL term, the entropy and
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Sequence
 
+import jax.numpy as jnp
 import numpy as np
 
 from gemma_grpo.tasks import tools
@@ -63,6 +65,28 @@ class CallEnds:
           needs_char_V[i] = ord(_CLOSE[len(_CLOSE) - len(before) - 1])
         at = text.find(">", at + 1)
     return cls(ends_call_V, needs_char_V, last_char_V)
+
+
+def force_results(turns, t, token_B, tokens_BxT, done_B):
+  """The decode loop's half, at completion slot t: (token_B with the tool
+  results' tokens put in, from_tool_B: which rows took one, paused_B: which
+  rows may have just closed a call).
+
+  `turns` is (forced_BxT, ends_call_V, needs_char_V, last_char_V): the
+  results' tokens (ToolTurns.forced_BxT, -1 where the model samples) and a
+  CallEnds on the device; tokens_BxT holds the tokens before slot t.
+  """
+  forced_BxT, ends_call_V, needs_char_V, last_char_V = turns
+  forced_B = forced_BxT[:, t]
+  from_tool_B = (forced_B >= 0) & ~done_B
+  token_B = jnp.where(from_tool_B, forced_B, token_B)
+  # A necessary condition for the row's text to end "</tool_call>"
+  # (CallEnds); the host reads the text to be sure.
+  previous_B = tokens_BxT[:, t - 1]
+  may_close_B = ends_call_V[token_B] | (
+      (needs_char_V[token_B] >= 0) & (needs_char_V[token_B] == last_char_V[previous_B]))
+  paused_B = may_close_B & ~from_tool_B & ~done_B
+  return token_B, from_tool_B, paused_B
 
 
 @dataclasses.dataclass(frozen=True)

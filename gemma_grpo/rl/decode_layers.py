@@ -1,0 +1,204 @@
+"""The decoder layers for one-token decode steps: merged weights and one layer's step.
+
+Before decoding, the engine merges the adapters into one copy of the
+projection weights (W + (alpha / r)·A·B, the policy's own weights up to
+rounding), each laid out [out, in] for the decode dots
+(decode_dots.project): [N·H, D] queries, [2·K·H, D] keys and values,
+[D, N·H] output, [2·F, D] gate and up, [D, F] down. The copy (0.4 GB for
+Gemma-3-270M in float32) lives for one `generate` call. The caches keep
+keys slots-minor ([K, H, S] per row or prompt) and values [K, S, H], the
+layouts in which XLA:CPU's attention dots read them fastest.
+
+Shapes: B rows, U distinct prompts of R rows each, P prompt width, T new
+tokens, S = P + T, L layers, D model width, N query heads, K key/value
+heads, G = N / K, M = R·G, H head width, F MLP width.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from flax import nnx
+import jax
+import jax.numpy as jnp
+from tunix.models.gemma3 import model as gemma3
+
+from gemma_grpo import seam
+from gemma_grpo.model import lora
+from gemma_grpo.rl import decode_dots
+
+seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LayerWeights:
+  """One decoder layer's weights, adapters merged, laid out for decoding."""
+
+  attn_norm_D: jax.Array
+  query_NHxD: jax.Array
+  key_value_2KHxD: jax.Array
+  query_norm_H: jax.Array
+  key_norm_H: jax.Array
+  out_DxNH: jax.Array
+  post_attn_norm_D: jax.Array
+  ffw_norm_D: jax.Array
+  gate_up_2FxD: jax.Array
+  down_DxF: jax.Array
+  post_ffw_norm_D: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerShape:
+  """What a decode step needs to know about a layer besides its weights."""
+
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  query_scale: float
+  rope_base: float
+  rope_scale: float
+  window: int | None  # sliding-window width in cache slots; None = global
+
+
+def _merged(module, name: str, scale: float) -> jax.Array:
+  """`module.<name>` plus scale·A·B of its adapter, if it has one."""
+  weight = getattr(module, name).value
+  a = getattr(module, f"{name}_lora_a", None)
+  if a is None:
+    return weight
+  b = getattr(module, f"{name}_lora_b")
+  delta = lora.lora_delta(module, name, a.value, b.value)
+  return weight + (scale * delta).astype(weight.dtype)
+
+
+def layer_shape(layer) -> LayerShape:
+  attn = layer.attn
+  local = attn.attn_type == gemma3.AttentionType.LOCAL_SLIDING
+  return LayerShape(
+      num_heads=attn.num_heads, num_kv_heads=attn.num_kv_heads, head_dim=attn.head_dim,
+      query_scale=float(attn.query_pre_attn_scalar),
+      rope_base=float(attn.rope_base_frequency), rope_scale=float(attn.rope_scale_factor),
+      window=attn.sliding_window_size if local else None,
+  )
+
+
+def decode_weights(model, lora_scale: float, dtype=jnp.float32) -> list[LayerWeights]:
+  """Every layer's weights with the adapters merged, in decode layouts.
+
+  The projections are merged in the model's dtype, then rounded to `dtype`;
+  norm scales keep the model's dtype.
+  """
+  layers = []
+  for layer in model.layers:
+    attn, mlp = layer.attn, layer.mlp
+    if attn.use_qkv_einsum:
+      raise NotImplementedError("fused qkv_einsum (Gemma-3 uses q_einsum + kv_einsum)")
+    q_NxDxH = _merged(attn.q_einsum, "w", lora_scale)
+    kv_2xKxDxH = _merged(attn.kv_einsum, "w", lora_scale)
+    out_NxHxD = _merged(attn.attn_vec_einsum, "w", lora_scale)
+    n, d, h = q_NxDxH.shape
+    layers.append(LayerWeights(
+        attn_norm_D=layer.pre_attention_norm.scale.value,
+        query_NHxD=q_NxDxH.transpose(0, 2, 1).reshape(n * h, d).astype(dtype),
+        key_value_2KHxD=kv_2xKxDxH.transpose(0, 1, 3, 2).reshape(-1, d).astype(dtype),
+        query_norm_H=attn._query_norm.scale.value,  # pylint: disable=protected-access
+        key_norm_H=attn._key_norm.scale.value,  # pylint: disable=protected-access
+        out_DxNH=out_NxHxD.reshape(n * h, d).T.astype(dtype),
+        post_attn_norm_D=layer.post_attention_norm.scale.value,
+        ffw_norm_D=layer.pre_ffw_norm.scale.value,
+        gate_up_2FxD=jnp.concatenate([_merged(mlp.gate_proj, "kernel", lora_scale),
+                                      _merged(mlp.up_proj, "kernel", lora_scale)],
+                                     axis=1).T.astype(dtype),
+        down_DxF=_merged(mlp.down_proj, "kernel", lora_scale).T.astype(dtype),
+        post_ffw_norm_D=layer.post_ffw_norm.scale.value,
+    ))
+  return layers
+
+
+def rms_norm(x, scale):
+  # Tunix's RMSNorm (Gemma stores scale - 1).
+  normed = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + 1e-6)
+  return normed * (1 + scale)
+
+
+def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position_B, t,
+                 prompt_cache, valid_UxP, keys_LxBxKxHxT, values_LxBxKxTxH):
+  """One token per row through one layer; writes its key/value at completion slot `t`.
+
+  Attention reads two caches. The prompt's keys and values are held once
+  per distinct prompt (`prompt_cache`: [L, U, K, H, P] keys, [L, U, K, P, H]
+  values, written by the prefill and only read here): the R rows of a prompt
+  attend to them with one dot whose rows are all their query heads, instead
+  of R dots over R copies. The completion's are per row ([L, B, K, H, T]
+  keys, [L, B, K, T, H] values); one softmax spans both.
+
+  Each cache is one array across layers: XLA:CPU then updates the
+  completion's in place inside the decode loop, where per-layer arrays were
+  copied four times per token. Keys are stored slots-minor ([H, S] per row):
+  XLA:CPU's query-key dot reads that layout faster (bench/studies/engine_ab.py,
+  docs/results/engine_ab/).
+  """
+  batch = x_BxD.shape[0]
+  prompt_keys_LxUxKxHxP, prompt_values_LxUxKxPxH = prompt_cache
+  prompts, prompt_width = valid_UxP.shape
+  rows_per_prompt = batch // prompts
+  n, k, h = shape.num_heads, shape.num_kv_heads, shape.head_dim
+  heads = n // k
+  normed_BxD = rms_norm(x_BxD, w.attn_norm_D)
+  query_BxNxH = decode_dots.project(normed_BxD, w.query_NHxD).reshape(batch, n, h)
+  kv_Bx2xKxH = decode_dots.project(normed_BxD, w.key_value_2KHxD).reshape(batch, 2, k, h)
+  query_BxNxH = rms_norm(query_BxNxH, w.query_norm_H)
+  new_key_BxKxH = rms_norm(kv_Bx2xKxH[:, 0], w.key_norm_H)
+  rope = functools.partial(gemma3.apply_rope, head_dim=h, base_frequency=shape.rope_base,
+                           scale_factor=shape.rope_scale)
+  query_BxNxH = rope(query_BxNxH[:, None], position_B[:, None])[:, 0] * shape.query_scale
+  new_key_BxKxH = rope(new_key_BxKxH[:, None], position_B[:, None])[:, 0]
+  dtype = keys_LxBxKxHxT.dtype
+  keys_LxBxKxHxT = jax.lax.dynamic_update_slice(
+      keys_LxBxKxHxT, new_key_BxKxH[None, :, :, :, None].astype(dtype), (layer, 0, 0, 0, t))
+  values_LxBxKxTxH = jax.lax.dynamic_update_slice(
+      values_LxBxKxTxH, kv_Bx2xKxH[None, :, 1, :, None].astype(dtype), (layer, 0, 0, t, 0))
+
+  # Which slots the token sees: its own and earlier ones, within the window.
+  slot = prompt_width + t  # the token's position in the prompt-then-completion sequence
+  prompt_visible_UxP = valid_UxP
+  new_visible_T = jnp.arange(keys_LxBxKxHxT.shape[-1]) <= t
+  if shape.window is not None:
+    prompt_visible_UxP &= jnp.arange(prompt_width) > slot - shape.window
+    new_visible_T &= prompt_width + jnp.arange(keys_LxBxKxHxT.shape[-1]) > slot - shape.window
+
+  def by_prompt(x_BxKxGxZ):  # [B, K, G, Z] -> [U, K, M, Z]: a prompt's rows together
+    z = x_BxKxGxZ.shape[-1]
+    return (x_BxKxGxZ.reshape(prompts, rows_per_prompt, k, heads, z).transpose(0, 2, 1, 3, 4)
+            .reshape(prompts, k, rows_per_prompt * heads, z))
+
+  def by_row(x_UxKxMxZ):  # the inverse of by_prompt
+    z = x_UxKxMxZ.shape[-1]
+    return (x_UxKxMxZ.reshape(prompts, k, rows_per_prompt, heads, z).transpose(0, 2, 1, 3, 4)
+            .reshape(batch, k, heads, z))
+
+  query_BxKxGxH = query_BxNxH.reshape(batch, k, heads, h)
+  prompt_logits_UxKxMxP = jnp.einsum("ukmh,ukhp->ukmp", by_prompt(query_BxKxGxH),
+                                     prompt_keys_LxUxKxHxP[layer])
+  prompt_logits_UxKxMxP = jnp.where(prompt_visible_UxP[:, None, None, :], prompt_logits_UxKxMxP,
+                                    gemma3.K_MASK)
+  new_logits_BxKxGxT = jnp.einsum("bkgh,bkht->bkgt", query_BxKxGxH, keys_LxBxKxHxT[layer])
+  new_logits_BxKxGxT = jnp.where(new_visible_T, new_logits_BxKxGxT, gemma3.K_MASK)
+  probs_BxKxGxS = jax.nn.softmax(
+      jnp.concatenate([by_row(prompt_logits_UxKxMxP), new_logits_BxKxGxT], axis=-1), axis=-1)
+  probs_BxKxGxS = probs_BxKxGxS.astype(values_LxBxKxTxH.dtype)
+  attended_BxKxGxH = (
+      by_row(jnp.einsum("ukmp,ukph->ukmh", by_prompt(probs_BxKxGxS[..., :prompt_width]),
+                        prompt_values_LxUxKxPxH[layer]))
+      + jnp.einsum("bkgt,bkth->bkgh", probs_BxKxGxS[..., prompt_width:], values_LxBxKxTxH[layer]))
+  attended_BxNH = attended_BxKxGxH.reshape(batch, n * h)
+  x_BxD = x_BxD + rms_norm(decode_dots.project(attended_BxNH, w.out_DxNH), w.post_attn_norm_D)
+
+  gate_up_Bx2F = decode_dots.project(rms_norm(x_BxD, w.ffw_norm_D), w.gate_up_2FxD)
+  gate_BxF, up_BxF = jnp.split(gate_up_Bx2F, 2, axis=-1)
+  x_BxD = x_BxD + rms_norm(decode_dots.project(nnx.gelu(gate_BxF) * up_BxF, w.down_DxF),
+                           w.post_ffw_norm_D)
+  return x_BxD, keys_LxBxKxHxT, values_LxBxKxTxH
+
