@@ -1,18 +1,23 @@
-"""Is the one-turn decode loop the program it was before tool calls? (Settled: yes.)
+"""Is the one-turn decode loop the program it was at another revision? (Settled: yes.)
 
   python bench/studies/decode_program_identity.py --rev 6c3457e
 
 Lowers the grouped engine's decode loop (`rollout._decode`, what a run
 without `rollout.tools` executes) on configs/tiny.py, greedy and sampled with
-log-probs, from this checkout and from gemma_grpo/rl/rollout.py at git revision
-REV, and prints whether their StableHLO texts are byte-identical. Identical
-text compiles to the identical executable, so the multi-turn engine costs
-the one-turn path nothing. Output: docs/results/tools/decode_program_identity.txt.
+log-probs, from this checkout and from the decode path's modules at git
+revision REV, and prints whether their StableHLO texts are byte-identical.
+Identical text compiles to the identical executable. The decode path is the
+engine (gemma_grpo/rl/rollout.py, gemma_grpo/rollout.py before the package
+had layers) and, at revisions that have them, the modules split out of it
+(DECODE_PATH); the rest of gemma_grpo is this checkout's at both. Against
+6c3457e, before tool calls, it showed that the multi-turn engine costs the
+one-turn path nothing. Output: docs/results/tools/decode_program_identity.txt.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib.util
 import pathlib
@@ -26,22 +31,66 @@ for path in (REPO, REPO / "tests"):
     sys.path.insert(0, str(path))
 
 
-def module_at(rev: str):
-  """gemma_grpo/rl/rollout.py as it was at `rev`, imported under another name."""
-  source = subprocess.run(["git", "show", f"{rev}:gemma_grpo/rl/rollout.py"], cwd=REPO,
-                          check=True, capture_output=True, text=True).stdout
-  path = pathlib.Path(tempfile.mkdtemp()) / "rollout_then.py"
+# The decode path's modules split out of rollout.py, each after those it imports.
+DECODE_PATH = ("decode_dots", "sampling", "lm_head_screen", "decode_layers", "multi_turn")
+ENGINE_PATHS = ("gemma_grpo/rl/rollout.py", "gemma_grpo/rollout.py")  # now; before the layers
+
+
+def source_at(rev: str, path: str) -> str | None:
+  """The text of `path` at `rev`; None where it did not exist."""
+  shown = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=REPO, capture_output=True,
+                         text=True)
+  return shown.stdout if shown.returncode == 0 else None
+
+
+def load(name: str, source: str):
+  """`source` as a module named `name`, run now."""
+  path = pathlib.Path(tempfile.mkdtemp()) / f"{name.rpartition('.')[2]}.py"
   path.write_text(source)
-  spec = importlib.util.spec_from_file_location("rollout_then", path)
+  spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
-  sys.modules["rollout_then"] = module
+  sys.modules[name] = module
   spec.loader.exec_module(module)
   return module
 
 
+def module_at(rev: str):
+  """The engine module as it was at `rev`, run on that revision's decode path.
+
+  While it loads, each DECODE_PATH module that existed at `rev` stands in for
+  this checkout's under its own name (in sys.modules and in gemma_grpo.rl),
+  so the engine's imports bind the revision's; then this checkout's return.
+  """
+  import gemma_grpo.rl  # pylint: disable=g-import-not-at-top
+
+  engine = next((s for s in map(functools.partial(source_at, rev), ENGINE_PATHS) if s), None)
+  if engine is None:
+    sys.exit(f"--rev {rev}: no {' or '.join(ENGINE_PATHS)} at that revision")
+  now = {}
+  try:
+    for short in DECODE_PATH:
+      source = source_at(rev, f"gemma_grpo/rl/{short}.py")
+      if source is None:
+        continue
+      name = f"gemma_grpo.rl.{short}"
+      now[short] = sys.modules.get(name)
+      setattr(gemma_grpo.rl, short, load(name, source))
+    return load("rollout_then", engine)
+  finally:
+    for short, module in now.items():
+      name = f"gemma_grpo.rl.{short}"
+      if module is None:
+        del sys.modules[name]
+        delattr(gemma_grpo.rl, short)
+      else:
+        sys.modules[name] = module
+        setattr(gemma_grpo.rl, short, module)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--rev", required=True, help="a revision before tool calls, e.g. 6c3457e")
+  parser.add_argument("--rev", required=True,
+                      help="the revision to compare with, e.g. 6c3457e (before tool calls)")
   args = parser.parse_args()
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -56,14 +105,15 @@ def main() -> None:
               "sampled, with log-probs": test_rollout.config(
                   temperature=0.9, top_p=1.0, top_k=50, return_logprobs=True)}
   for name, rollout_config in settings.items():
-    sampling, with_logps, screen = engine.settings(rollout_config, rollout_config.return_logprobs)
+    sampling, with_logps, screen_width = engine.settings(rollout_config,
+                                                         rollout_config.return_logprobs)
     fn, fn_args, kwargs = engine.prefill_call(
         jnp.zeros((3, 64), jnp.int32), jax.random.PRNGKey(0), rows_per_prompt=2,
-        sampling=sampling, screen_width=screen)
+        sampling=sampling, screen_width=screen_width)
     with mesh:
       decode, decode_args, decode_kwargs = engine.decode_call(
           fn(*fn_args, **kwargs), jnp.asarray([1, 106], jnp.int32), jax.random.PRNGKey(0),
-          new_tokens=8, sampling=sampling, with_logps=with_logps, screen_width=screen)
+          new_tokens=8, sampling=sampling, with_logps=with_logps, screen_width=screen_width)
       now = decode.lower(*decode_args, **decode_kwargs).as_text()
       before = then._decode.lower(*decode_args, **decode_kwargs).as_text()  # pylint: disable=protected-access
     digest = lambda text: hashlib.sha256(text.encode()).hexdigest()[:16]  # pylint: disable=unnecessary-lambda-assignment
