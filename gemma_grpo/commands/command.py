@@ -20,18 +20,21 @@ import signal
 import sys
 from typing import Callable
 
-from etils import epath
 import ml_collections
 
 from gemma_grpo import config as config_lib
-from gemma_grpo.runtime import distributed
 from gemma_grpo import errors
-from gemma_grpo.runtime import metrics as metrics_lib
 from gemma_grpo import storage
+from gemma_grpo.runtime import distributed
+from gemma_grpo.runtime import endings
+from gemma_grpo.runtime import metrics as metrics_lib
 from gemma_grpo.runtime import workdir_lock
+from gemma_grpo.tasks import rewards
 
-EXIT_NONFINITE = 3
-EXIT_REWARD_FUNCTION = 5
+# The codes of a run that ended early, and its epilogue (the library's, for api.train too).
+EXIT_NONFINITE = endings.EXIT_NONFINITE
+EXIT_REWARD_FUNCTION = endings.EXIT_REWARD_FUNCTION
+stopped = endings.stopped
 
 
 def default_workdir(config_path: str) -> str:
@@ -40,7 +43,7 @@ def default_workdir(config_path: str) -> str:
 
 
 def main(argv: list[str] | None, *, prog: str, doc: str,
-            run: Callable[[ml_collections.ConfigDict, str], int]) -> int:
+         run: Callable[[ml_collections.ConfigDict, str], int]) -> int:
   """`PROG --config FILE [--workdir DIR] [--config.x.y=v ...]` -> run(c, workdir).
 
   Everything that needs no device is checked before JAX starts (the config is
@@ -62,6 +65,7 @@ def main(argv: list[str] | None, *, prog: str, doc: str,
     if leftover:
       parser.error(f"unrecognized arguments: {' '.join(leftover)}")
     config_lib.validate(c)
+    rewards.check_config(c.rewards)
     distributed.initialize(rank)
     metrics_lib.configure_logging()
     with distributed.failures_reported():
@@ -80,18 +84,3 @@ def main(argv: list[str] | None, *, prog: str, doc: str,
                 " step in progress", file=sys.stderr, flush=True)
           code = 128 + signal.SIGINT
     return distributed.finish(code)
-
-
-def stopped(stop, checkpoint_dir: epath.Path, step: int) -> int:
-  """The epilogue of a run stopped by a signal: where its checkpoint is; the exit code."""
-  name = signal.Signals(stop.signum).name
-  saved = sorted(int(p.name) for p in checkpoint_dir.iterdir() if p.name.isdigit()) if checkpoint_dir.is_dir() else []
-  if step and saved and saved[-1] == step:
-    where = f"checkpoint step {step} saved in {checkpoint_dir}"
-  elif saved:
-    where = f"latest checkpoint is step {saved[-1]} in {checkpoint_dir}"
-  else:
-    where = "no checkpoint yet"
-  print(f"{name}: stopped after step {step}; {where}; rerun the same command"
-        " to resume.", file=sys.stderr, flush=True)
-  return 128 + stop.signum

@@ -12,220 +12,36 @@ with the loss on the model turn only. Checkpoints use the GRPO layout, so
 `eval` and `export` read SFT runs too, and `train` starts GRPO from one with
 `--config.model.init_lora_from=<sft workdir>` (the SFT adapter is merged
 into the base, which then is also the KL reference).
+
+Arguments and exit codes: gemma_grpo.commands.command (shared with `train`);
+the training itself: gemma_grpo.rl.sft.
 """
 
 from __future__ import annotations
 
-import math
-import os
+import importlib
 import sys
 
-from absl import logging
 import ml_collections
-import numpy as np
 
-from gemma_grpo.runtime import checkpoints
 from gemma_grpo.commands import command
-from gemma_grpo import config as config_lib
-from gemma_grpo.runtime import console
-from gemma_grpo.tasks import data as data_lib
-from gemma_grpo import errors
-from gemma_grpo.model import lora
-from gemma_grpo.runtime import mesh as mesh_lib
-from gemma_grpo.runtime import metrics as metrics_lib
-from gemma_grpo.commands import plots
-from gemma_grpo.tasks import prompts
-from gemma_grpo import storage
+
+# Names this module had before the training moved to the library, still here.
+_MOVED = dict.fromkeys(("target_text", "encode_examples", "loss_fn", "batches"), "gemma_grpo.rl.sft")
 
 
-def target_text(problem: data_lib.Problem) -> str:
-  """The completion SFT teaches for `problem`, ending the model's turn."""
-  return prompts.render_answer(problem.solution, problem.answer) + prompts.END_OF_TURN
-
-
-def encode_examples(problems, tokenizer, max_length: int):
-  """Token ids [N, max_length] (right padded) and a mask of the model turn.
-
-  Examples longer than `max_length` are dropped (and counted), never cut:
-  a cut target would teach the model to stop mid-solution.
-  """
-  pad = tokenizer.pad_id()
-  tokens, masks, dropped = [], [], 0
-  for problem in problems:
-    if not problem.solution:
-      dropped += 1
-      continue
-    prompt = tokenizer.encode(problem.prompt)
-    target = tokenizer.encode(target_text(problem), add_bos=False)
-    ids = prompt + target
-    if len(ids) > max_length:
-      dropped += 1
-      continue
-    padding = max_length - len(ids)
-    tokens.append(ids + [pad] * padding)
-    masks.append([0] * len(prompt) + [1] * len(target) + [0] * padding)
-  if not tokens:
-    raise errors.UserError(
-        f"sft.max_length={max_length}: no example fits (or the data has no worked"
-        " solutions); raise sft.max_length"
-    )
-  return np.array(tokens, np.int32), np.array(masks, np.float32), dropped
-
-
-def loss_fn(model, tokens_BxL, target_mask_BxL, pad_id: int):
-  """Mean negative log-likelihood of the model-turn tokens."""
-  from gemma_grpo.rl import logprobs  # pylint: disable=g-import-not-at-top
-
-  positions_BxL, mask_BxLxL = logprobs.positions_and_mask(tokens_BxL, pad_id)
-  hidden_BxLxD = model.hidden_states(tokens_BxL, positions_BxL, mask_BxLxL)
-  # The state after token t predicts token t + 1.
-  logps_BxT, _ = logprobs.logps_and_entropy_from_hidden(
-      hidden_BxLxD[:, :-1], model.embedder.input_embedding.value, tokens_BxL[:, 1:],
-      matmul_dtype=model.matmul_dtype,
-  )
-  weights_BxT = target_mask_BxL[:, 1:]
-  return -(logps_BxT * weights_BxT).sum() / weights_BxT.sum().clip(min=1.0)
-
-
-def batches(tokens, masks, batch_size: int, seed: int):
-  """Endless, epoch-reshuffled batches; deterministic for resume."""
-  import grain  # pylint: disable=g-import-not-at-top
-
-  if len(tokens) < batch_size:
-    raise errors.UserError(
-        f"sft.batch_size={batch_size}: only {len(tokens)} usable examples"
-    )
-  rows = grain.MapDataset.source(list(range(len(tokens)))).shuffle(seed=seed).repeat(None)
-  return rows.batch(
-      batch_size, drop_remainder=True,
-      batch_fn=lambda idx: {"tokens": tokens[list(idx)], "target_mask": masks[list(idx)]},
-  )
-
-
-def _progress_hooks(writer, max_steps: int, on_step):
-  """Per-step rows (console, metrics.jsonl), the step bar, and a stop on a
-  non-finite loss."""
-  from tunix.sft import hooks as tunix_hooks  # pylint: disable=g-import-not-at-top
-
-  from gemma_grpo.runtime import guards  # pylint: disable=g-import-not-at-top
-
-  class Progress(tunix_hooks.TrainingHooks):
-
-    def on_train_start(self, train_ctx):
-      pass
-
-    def on_train_step_start(self, train_ctx):
-      pass
-
-    def on_train_step_end(self, train_ctx, train_step, train_loss):
-      if train_loss is not None and not math.isfinite(float(train_loss)):
-        raise guards.NonFiniteError(f"sft step {train_step}: loss is {float(train_loss)}")
-      # Tunix reports a step's metrics while the next one runs.
-      writer.finish_through(min(train_step, max_steps) - 1)
-      on_step(min(train_step, max_steps))
-
-    def on_eval_step_start(self, train_ctx):
-      pass
-
-    def on_eval_step_end(self, train_ctx, eval_loss):
-      pass
-
-    def on_train_end(self, train_ctx):
-      pass
-
-  return Progress()
+def __getattr__(name: str):
+  if name in _MOVED:
+    return getattr(importlib.import_module(_MOVED[name]), name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
-  """Runs supervised LoRA training; returns the exit code."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  from tunix.sft import metrics_logger  # pylint: disable=g-import-not-at-top
-  from tunix.sft import peft_trainer  # pylint: disable=g-import-not-at-top
+  """Runs supervised LoRA training on a validated config; returns the exit code."""
+  # JAX and Tunix load only now, once the config is known to be good.
+  from gemma_grpo.rl import sft as sft_lib  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo.runtime import guards  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import optim  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.model import policy as policy_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import trainers  # pylint: disable=g-import-not-at-top
-
-  config_lib.mesh_shape(c.mesh, jax.device_count())  # the rest: validated by the caller
-  mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
-  work = storage.path(workdir)
-  storage.check_writable(work)
-  work.mkdir(parents=True, exist_ok=True)
-  if jax.process_index() == 0:
-    config_lib.save(c, work / "config.json")
-  phases = console.Phases()
-  mesh = mesh_lib.make_mesh(c.mesh)
-  loaded = policy_lib.load_base(c.model, mesh)
-  phases.done(f"model: {c.model.source} loaded ({c.model.dtype})")
-  actor = lora.apply(loaded.model, c.lora, mesh)
-  phases.done(f"LoRA: {lora.num_lora_params(actor)} trainable parameters")
-  splits = data_lib.build_splits(c.data, loaded.tokenizer, c.rollout.max_prompt_length)
-  tokens, masks, dropped = encode_examples(splits.train, loaded.tokenizer, c.sft.max_length)
-  phases.done(f"sft data: {len(tokens)} examples ({dropped} dropped: no solution or longer"
-              f" than {c.sft.max_length} tokens)")
-
-  optim_c = c.optim.copy_and_resolve_references()
-  optim_c.peak_lr = c.sft.peak_lr
-  writer = metrics_lib.Writer(
-      work / "tensorboard", flush_every_steps=c.log.flush_every_steps,
-      max_steps=c.sft.max_steps, is_chief=jax.process_index() == 0,
-      learning_rates=optim.learning_rates(optim_c, c.sft.max_steps),
-  )
-  training = peft_trainer.TrainingConfig(
-      eval_every_n_steps=10**9,
-      max_steps=c.sft.max_steps,
-      checkpoint_root_directory=os.fspath(checkpoints.actor_dir(work)),
-      checkpointing_options=ocp.CheckpointManagerOptions(
-          save_interval_steps=c.ckpt.every_steps, max_to_keep=c.ckpt.keep
-      ),
-      metrics_logging_options=metrics_logger.MetricsLoggerOptions(
-          log_dir=os.fspath(work / "tensorboard"),
-          flush_every_n_steps=c.log.flush_every_steps,
-          backend_kwargs={"custom_backend": [lambda: writer]},
-      ),
-      metrics_prefix="actor",
-      data_sharding_axis=("fsdp",),
-  )
-  pad_id = loaded.tokenizer.pad_id()
-  with jax.set_mesh(mesh):
-    # The base model's arrays are donated with the actor's at the first step;
-    # only its tokenizer is used from here on.
-    trainer = trainers.PeftTrainer(actor, optim.optimizer(optim_c, c.sft.max_steps), training)
-
-    def loss(model, tokens_BxL, target_mask_BxL):  # nnx.grad needs named args
-      return loss_fn(model, tokens_BxL, target_mask_BxL, pad_id)
-
-    trainer.with_loss_fn(loss)
-    trainer.with_training_hooks(_progress_hooks(writer, c.sft.max_steps, console.step_reporter(
-        phases, c.sft.max_steps, trainer.train_steps, jax.process_index() == 0)))
-    trainer.with_gen_model_input_fn(
-        lambda b: {"tokens_BxL": b["tokens"], "target_mask_BxL": b["target_mask"]}
-    )
-    if trainer.train_steps >= c.sft.max_steps:
-      logging.info("%s already holds step %d; nothing to do", work, trainer.train_steps)
-      trainer.close()
-      return 0
-    stop = guards.StopSignal().install()
-    try:
-      trainer.train(stop.guard(iter(batches(tokens, masks, c.sft.batch_size, c.data.shuffle_seed))))
-    except guards.NonFiniteError as e:
-      trainer.checkpoint_manager.close()  # waits for a save still in flight
-      kept = checkpoints.saved_steps(work)
-      where = (f"the last good checkpoint, step {kept[-1]}, is kept" if kept
-               else "no checkpoint was saved")
-      print(f"error: {e}; SFT stopped; {where}", file=sys.stderr, flush=True)
-      return command.EXIT_NONFINITE
-    finally:
-      stop.uninstall()
-      writer.close()
-  if stop.agree():
-    return command.stopped(stop, checkpoints.actor_dir(work), trainer.train_steps)
-  logging.info("SFT done: %d steps in %s", trainer.train_steps, work)
-  if jax.process_index() == 0:
-    logging.info("Plots: %s", ", ".join(str(p) for p in plots.write_plots(work)))
-  return 0
+  return sft_lib.sft(c, workdir)
 
 
 def main(argv: list[str] | None = None) -> int:

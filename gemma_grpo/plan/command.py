@@ -20,14 +20,15 @@ import os
 import pathlib
 import sys
 
+from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo.plan import chips
+from gemma_grpo.tasks import rewards
 
 _CPU_HELP = "this machine's {} (bench/roofline.py measures it); needed with --topology cpu"
 
 
 def _parser() -> argparse.ArgumentParser:
-  from gemma_grpo.plan import chips  # pylint: disable=g-import-not-at-top
-
   parser = argparse.ArgumentParser(prog="gemma-grpo plan", description=__doc__.splitlines()[0],
                                    epilog="Override any config key with --config.section.key=value.")
   parser.add_argument("--config", required=True, help="config file, e.g. configs/gemma3_1b.py")
@@ -40,8 +41,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _topology(args):
-  from gemma_grpo.plan import chips  # pylint: disable=g-import-not-at-top
-
   if args.topology == chips.CPU:
     if not args.cpu_flops or not args.cpu_bandwidth:
       raise errors.UserError("--topology cpu: give --cpu-flops and --cpu-bandwidth"
@@ -63,8 +62,6 @@ def main(argv: list[str] | None = None) -> int:
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   argv = list(sys.argv[1:] if argv is None else argv)
-  from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
-
   with errors.exit_on_user_error():
     args, rest = _parser().parse_known_args(argv)
     c = config_lib.load(args.config)
@@ -72,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if leftover:
       raise errors.UserError(f"unrecognized arguments: {' '.join(leftover)}")
     config_lib.validate(c)
+    rewards.check_config(c.rewards)
     topology = _topology(args)
     if c.rollout.engine != "grouped":
       raise errors.UserError("rollout.engine: plan compiles the grouped engine's programs;"
@@ -80,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(c, topology, args) -> int:
+  # JAX and the compiler load only now, once the input is known to be good.
   import jax  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.plan import devices as devices_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.plan import planner  # pylint: disable=g-import-not-at-top
   from gemma_grpo.plan import report  # pylint: disable=g-import-not-at-top

@@ -22,7 +22,11 @@ from typing import Any
 
 from absl import logging
 from etils import epath
+from flax import nnx
+import jax
 import numpy as np
+import orbax.checkpoint as ocp
+from tunix.sft import checkpoint_manager
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
@@ -59,8 +63,6 @@ class Saved:
 
 def _flat(tree) -> dict[str, Any]:
   """{'a/b/c': leaf} for a nested tree; a trailing 'value' level is dropped."""
-  import jax  # pylint: disable=g-import-not-at-top
-
   out = {}
   for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
     parts = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
@@ -71,8 +73,6 @@ def _flat(tree) -> dict[str, Any]:
 
 
 def _manager(workdir: storage.PathLike):
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-
   # Same item layout as tunix.sft.checkpoint_manager; Orbax wants an absolute path.
   handlers = {
       "model_params": ocp.PyTreeCheckpointHandler(),
@@ -83,9 +83,6 @@ def _manager(workdir: storage.PathLike):
 
 def read(workdir: storage.PathLike, step: int) -> Saved:
   """Every array of `step` read into host memory; raises if any is unreadable."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-
   # Installed before reading: a failed read's stale callbacks can fire while
   # the exception is still on its way out of Orbax.
   _silence_failed_read_noise()
@@ -239,9 +236,6 @@ def check_fits(workdir: storage.PathLike, saved: Readable, actor) -> None:
   Catches a different rank or target set before Orbax's shape error; reads
   nothing (the shapes come from set_aside_unreadable's read).
   """
-  import jax  # pylint: disable=g-import-not-at-top
-  from flax import nnx  # pylint: disable=g-import-not-at-top
-
   saved_shapes = saved.lora_shapes
   wanted_shapes = {k: tuple(jax.numpy.shape(v))
                    for k, v in _flat(nnx.state(actor, nnx.LoRAParam)).items()}
@@ -349,13 +343,59 @@ def write_identity(workdir: storage.PathLike, ident: dict[str, Any]) -> None:
                      json.dumps(ident, indent=2, sort_keys=True) + "\n")
 
 
+# --- A training run's start: both sides of the checks, in two calls ----------
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume:
+  """What a work directory holds to resume from, each thing read once."""
+
+  saved_identity: dict[str, Any] | None  # run.json of the checkpoints, if any
+  readable: Readable | None  # the newest checkpoint that reads back whole
+
+  @property
+  def step(self) -> int | None:
+    return self.readable.step if self.readable is not None else None
+
+
+def examine(workdir: storage.PathLike, c, *, move: bool) -> Resume:
+  """The checks that need no model: whose checkpoints these are, which one reads.
+
+  Raises UserError for checkpoints of another run or none readable; `move`
+  sets unreadable newer steps aside (one process of a run does it).
+  """
+  saved = check_identity(workdir, identity(c))
+  return Resume(saved, set_aside_unreadable(workdir, move=move))
+
+
+def claim(workdir: storage.PathLike, found: Resume, c, model, actor, *, write: bool) -> None:
+  """The checks that need the model, then run.json names this run's checkpoints.
+
+  `found` is what `examine` read: nothing is read again. `write` on one
+  process of a run.
+  """
+  ident = identity(c, model_shape(model))
+  if found.saved_identity is not None:  # its config fields were compared by examine
+    compare_identity(workdir, found.saved_identity, ident)
+  if found.readable is not None:
+    check_fits(workdir, found.readable, actor)
+  if write:
+    write_identity(workdir, ident)
+
+
+def last_kept(workdir: storage.PathLike) -> str:
+  """Where a failed run's last good checkpoint is, for its error line."""
+  kept = saved_steps(workdir)
+  if not kept:
+    return "no checkpoint was saved"
+  return f"the last good checkpoint, step {kept[-1]}, is kept in {actor_dir(workdir)}"
+
+
 # --- Restoring a trained policy (eval, export) -------------------------------
 
 
 def restore_adapter(actor, workdir: storage.PathLike, step: int | None = None) -> int:
   """Loads checkpoint `step` (default: the newest readable) into `actor`'s LoRA."""
-  from tunix.sft import checkpoint_manager  # pylint: disable=g-import-not-at-top
-
   workdir = storage.path(workdir)
   steps = saved_steps(workdir)
   if not steps:

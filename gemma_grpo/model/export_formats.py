@@ -1,0 +1,7 @@
+"""What an export can be: the CLI's choices and the library's checks, in one place.
+
+Kept free of heavy imports so that `gemma-grpo export --help` lists them at once.
+"""
+
+FORMATS = ("hf", "gguf")  # hf: a safetensors directory; gguf: one file for llama.cpp
+DTYPES = ("float32", "bfloat16")  # the saved weights' dtype, cast after merging in float32
