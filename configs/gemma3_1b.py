@@ -13,11 +13,11 @@ keeps the config valid on any device count. No accelerator step time is
 measured yet (bench/gpu.py prints one).
 """
 
-from configs import base
+from gemma_grpo import config
 
 
 def get_config():
-  c = base.get_config()
+  c = config.defaults()
   c.model.source = "hf:google/gemma-3-1b-it"
   c.model.dtype = "bfloat16"
   c.lora.rank = 32  # r

@@ -11,7 +11,7 @@ learning-rate schedule stretches with it). Without a data path it reads
 openai/gsm8k from the hub. Then GRPO: configs/gemma3_270m_sft_grpo.py.
 """
 
-from configs import base
+from gemma_grpo import config
 
 
 def gsm8k_270m():
@@ -20,7 +20,7 @@ def gsm8k_270m():
   (The settings configs/gemma3_270m.py had before it became the few-shot
   equations default; RESULTS.md's runs used them.)
   """
-  c = base.get_config()
+  c = config.defaults()
   c.model.source = "gguf:gemma-3-270m"
   c.model.dtype = "float32"  # bf16 is slower on CPU
   c.data.source = "gsm8k"  # training solutions; never GSM8K test

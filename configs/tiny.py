@@ -5,11 +5,11 @@ Two steps on a 2-core CPU in about 20 s with a warm compilation cache, 40 s
 cold (measured: BENCHMARKS.md). Uses the offline Gemma tokenizer, converted on first use.
 """
 
-from configs import base
+from gemma_grpo import config
 
 
 def get_config():
-  c = base.get_config()
+  c = config.defaults()
   c.model.source = "random"
   c.model.random.num_layers = 2
   c.model.random.embed_dim = 64

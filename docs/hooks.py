@@ -1,7 +1,7 @@
 """MkDocs hooks: the pages that are generated from the code at build time, so they cannot drift.
 
 - docs/configuration.md: `<!-- generated: config keys -->` becomes every key of
-  configs/base.py with its default and the comment that documents it.
+  gemma_grpo/config/defaults.py with its default and the comment that documents it.
 - docs/troubleshooting.md: `<!-- generated: error catalogue -->` becomes every
   one-line `error:` message the package can raise for bad input.
 
@@ -21,11 +21,14 @@ ERRORS_MARKER = "<!-- generated: error catalogue -->"
 _ASSIGN = re.compile(r"^\s*c\.([\w.]+)\s*=\s*(.*)$")
 
 
-def _load_base(path: pathlib.Path):
-  spec = importlib.util.spec_from_file_location("_docs_base_config", path)
+DEFAULTS = REPO / "gemma_grpo" / "config" / "defaults.py"
+
+
+def _load_defaults(path: pathlib.Path):
+  spec = importlib.util.spec_from_file_location("_docs_config_defaults", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.get_config()
+  return module.defaults()
 
 
 def _flatten(config, prefix: str = "") -> list[tuple[str, object]]:
@@ -67,11 +70,11 @@ def _default(value) -> str:
   return text.replace("|", "\\|")
 
 
-def config_keys(path: pathlib.Path = REPO / "configs" / "base.py") -> list[tuple[str, str, str]]:
-  """(key, default, meaning) for every key of the base config, in file order."""
+def config_keys(path: pathlib.Path = DEFAULTS) -> list[tuple[str, str, str]]:
+  """(key, default, meaning) for every key of the defaults, in file order."""
   comments = key_comments(path.read_text())
   rows = []
-  for key, value in _flatten(_load_base(path)):
+  for key, value in _flatten(_load_defaults(path)):
     parts = key.split(".")
     meaning, owner = "", key
     for n in range(len(parts), 0, -1):  # a dict's entries share the comment of the dict
@@ -92,7 +95,7 @@ def config_keys(path: pathlib.Path = REPO / "configs" / "base.py") -> list[tuple
   return sorted(rows, key=position)
 
 
-def config_page(path: pathlib.Path = REPO / "configs" / "base.py") -> str:
+def config_page(path: pathlib.Path = DEFAULTS) -> str:
   out, section = [], None
   for key, default, meaning in config_keys(path):
     top = key.split(".", 1)[0]

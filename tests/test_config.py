@@ -1,6 +1,9 @@
 """Config files, command-line overrides and validation."""
 
 import json
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -103,7 +106,6 @@ def _invalid(c, device_count=1):
     ("lora.targets", "(", "is not a regex"),
     ("model.dtype", "float16", "model.dtype='float16'"),
     ("eval.num_examples", 99, "eval.num_examples=99"),
-    ("rewards.preset", "fancy", "rewards.preset"),
     ("ckpt.keep", 0, "ckpt.keep=0"),
     ("grpo.tis_cap", -1.0, "grpo.tis_cap=-1.0: must be 0 (off) or >= 1; 2.0 is typical"),
     ("grpo.tis_cap", 0.5, "grpo.tis_cap=0.5: must be 0 (off) or >= 1"),
@@ -208,9 +210,9 @@ def test_a_config_file_lacking_newer_fields_is_one_line_naming_them(tmp_path):
   (tmp_path / "configs").mkdir()
   old = tmp_path / "configs" / "old.py"
   old.write_text(
-      "from configs import base\n"
+      "from gemma_grpo import config\n"
       "def get_config():\n"
-      "  c = base.get_config()\n"
+      "  c = config.defaults()\n"
       "  with c.unlocked():\n"
       "    del c.rollout['decode_dtype']\n"
       "    del c['sft']\n"
@@ -219,4 +221,60 @@ def test_a_config_file_lacking_newer_fields_is_one_line_naming_them(tmp_path):
     config_lib.load(str(old))
   message = str(refused.value)
   assert "\n" not in message
-  assert f"{old} lacks rollout.decode_dtype, sft, which configs/base.py has" in message
+  assert f"{old} lacks rollout.decode_dtype, sft, which gemma_grpo.config.defaults() has" in message
+
+
+def test_an_old_config_beginning_from_configs_import_base_says_how_to_start(tmp_path, monkeypatch):
+  # Outside the repo no `configs` package exists; the old first line names the fix.
+  monkeypatch.setitem(sys.modules, "configs", None)
+  old = tmp_path / "elsewhere" / "mine.py"
+  old.parent.mkdir()
+  old.write_text("from configs import base\n\ndef get_config():\n  return base.get_config()\n")
+  with pytest.raises(errors.UserError, match=r"mine.py:1: ModuleNotFoundError.*config.defaults\(\)"):
+    config_lib.load(str(old))
+
+
+def test_sibling_configs_load_by_path_from_any_directory(tmp_path):
+  accuracy = pathlib.Path("configs/gemma3_270m_accuracy.py").resolve()
+  # As when installed from a wheel: no finder makes the repo's configs/ importable.
+  code = ("import sys; from gemma_grpo import config; "
+          "sys.meta_path[:] = [f for f in sys.meta_path if '__editable__' not in getattr(f, '__module__', '')]; "
+          f"c = config.load({str(accuracy)!r}); print(c.data.heldout_unseen_by)")
+  run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+  assert run.stdout.strip() == "equation"
+
+
+@pytest.mark.parametrize("source, kind", [
+    ("gsm8k", "hub"),
+    ("reasoning_gym:gsm_symbolic", "reasoning_gym"),
+    ("reasoning_gym:", "reasoning_gym"),
+    ("/data/gsm8k/test.jsonl", "file"),
+    ("gs://bucket/train.parquet", "file"),
+    ("GSM8K", "file"),
+])
+def test_data_source_kind(source, kind):
+  assert config_lib.data_source_kind(source) == kind
+
+
+def test_the_offline_270m_settings_are_the_first_commands_config():
+  assert config_lib.offline_270m().to_dict() == config_lib.load("configs/gemma3_270m.py").to_dict()
+  c = config_lib.offline_270m()
+  assert (c.model.source, c.data.source, c.rollout.stop_text) == (
+      "gguf:gemma-3-270m", "reasoning_gym:simple_equations", "</answer>")
+  config_lib.validate(c, num_devices=1)
+
+
+def test_the_defaults_are_fresh_on_every_call():
+  c = config_lib.defaults()
+  c.grpo.beta = 0.5
+  assert config_lib.defaults().grpo.beta == 0.08
+  assert config_lib.load("configs/base.py").to_dict() == config_lib.defaults().to_dict()
+
+
+def test_problems_are_reported_section_by_section(tiny):
+  tiny.model.dtype = "float16"
+  tiny.lora.rank = 0
+  tiny.grpo.beta = -1.0
+  tiny.ckpt.keep = 0
+  sections = [line.split(".")[0] for line in _invalid(tiny)]
+  assert sections == ["model", "lora", "grpo", "ckpt"]

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import ml_collections
 import pytest
 
+from gemma_grpo import errors
 from gemma_grpo.tasks import rewards
 
 
@@ -430,6 +431,29 @@ def test_bad_custom_rewards_name_the_field(spec, needle):
   with pytest.raises(ValueError, match="rewards.custom") as e:
     rewards.load_custom(spec)
   assert needle in str(e.value)
+
+
+def _rewards_section(**fields):
+  section = ml_collections.ConfigDict({"preset": "guarded", "custom": "", "weights": {}})
+  section.update(fields)
+  return section
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"preset": "fancy"}, "rewards.preset: unknown preset 'fancy'"),
+    ({"weights": {"format_exakt": 1.0}}, "rewards.weights.format_exakt: unknown reward function"),
+    ({"custom": "no_colon"}, "rewards.custom: 'no_colon' is not 'module:function'"),
+])
+def test_check_config_is_one_user_error_line(fields, message):
+  with pytest.raises(errors.UserError) as e:
+    rewards.check_config(_rewards_section(**fields))
+  assert str(e.value).startswith(message) and "\n" not in str(e.value)
+
+
+def test_check_config_accepts_the_shipped_configs():
+  from gemma_grpo import config  # pylint: disable=g-import-not-at-top
+  rewards.check_config(config.defaults().rewards)
+  rewards.check_config(config.load("configs/gemma3_270m_tools.py").rewards)
 
 
 # --- tool_errors: -0.25 per result that is an error --------------------------

@@ -53,6 +53,7 @@ import math
 import numbers
 from typing import Any
 
+from gemma_grpo import errors
 from gemma_grpo.tasks import answers
 from gemma_grpo.tasks import tools
 from gemma_grpo import user_code
@@ -398,3 +399,15 @@ def load_custom(spec: str) -> list[RewardFn]:
 def from_config(c) -> list[RewardFn]:
   """The reward functions of a config's `rewards` section."""
   return build_reward_fns(c.preset, dict(c.weights)) + load_custom(c.custom)
+
+
+def check_config(c) -> None:
+  """Raises UserError (one line) if a config's `rewards` section names no valid set of rewards.
+
+  Builds the functions once, so an unknown preset, weight name or custom
+  function fails before the model loads; call it right after config.validate.
+  """
+  try:
+    from_config(c)
+  except ValueError as e:
+    raise errors.UserError(str(e)) from None
