@@ -253,8 +253,8 @@ def test_error_catalogue_lists_the_config_and_workdir_errors():
   assert page.count("- `` error: ") == len(messages)
 
 
-def _base_keys() -> set[str]:
-  from configs import base  # pylint: disable=g-import-not-at-top
+def _default_keys() -> set[str]:
+  from gemma_grpo import config  # pylint: disable=g-import-not-at-top
 
   def walk(c, prefix=""):
     for key in c.keys():
@@ -264,12 +264,12 @@ def _base_keys() -> set[str]:
       else:
         yield f"{prefix}{key}"
 
-  return set(walk(base.get_config()))
+  return set(walk(config.defaults()))
 
 
-def test_configuration_page_lists_every_key_of_base_with_its_comment():
+def test_configuration_page_lists_every_key_of_the_defaults_with_its_comment():
   rows = hooks.config_keys()
-  assert {key for key, _, _ in rows} == _base_keys()
+  assert {key for key, _, _ in rows} == _default_keys()
   meaning = {key: text for key, _, text in rows}
   assert meaning["grpo.beta"] == "KL (k3) weight to the reference policy; 0 disables it"
   assert meaning["lora.alpha"] == "update scale is alpha / r"
@@ -277,10 +277,10 @@ def test_configuration_page_lists_every_key_of_base_with_its_comment():
   assert "<!-- generated: config keys -->" in (REPO / "docs" / "configuration.md").read_text()
 
 
-def test_a_key_added_to_base_appears_on_the_page_with_its_comment(tmp_path):
-  base = (REPO / "configs" / "base.py").read_text()
-  changed = base.replace("  c.lock()", "  # Seconds a run may take; 0 = no limit.\n"
+def test_a_key_added_to_the_defaults_appears_on_the_page_with_its_comment(tmp_path):
+  defaults = (REPO / "gemma_grpo" / "config" / "defaults.py").read_text()
+  changed = defaults.replace("  c.lock()", "  # Seconds a run may take; 0 = no limit.\n"
                                        "  c.train.time_limit = 0.0\n  c.lock()")
-  (tmp_path / "base.py").write_text(changed)
-  page = hooks.config_page(tmp_path / "base.py")
+  (tmp_path / "defaults.py").write_text(changed)
+  page = hooks.config_page(tmp_path / "defaults.py")
   assert "| `train.time_limit` | `0.0` | Seconds a run may take; 0 = no limit. |" in page
