@@ -145,11 +145,17 @@ def test_no_module_is_over_500_lines():
 
 
 # Third-party packages whose import takes 0.1 s to seconds here (JAX and what
-# builds on it, plotting, symbolic math): the CLI imports them only once the
-# input has been checked, so bad input fails in a fraction of a second.
+# builds on it, plotting, symbolic math): the commands import them only once the
+# input has been checked, so `--help` and bad input answer in a fraction of a
+# second (tests/test_train.py times it).
 DEFERRED = ("jax", "flax", "tunix", "qwix", "orbax", "optax", "grain", "transformers", "torch",
             "matplotlib", "tensorboardX", "sympy", "math_verify", "ml_dtypes", "reasoning_gym",
             "pyarrow", "gguf")
+
+
+def is_command(module: str) -> bool:
+  """The modules that may defer imports: a CLI command, and the entry point to one."""
+  return module.split(".")[0] == "commands" or module in ("plan.command", "train")
 
 
 def _imported_names(node) -> list[str]:
@@ -178,17 +184,63 @@ def heavy_modules() -> set[str]:
     heavy |= more
 
 
-def test_function_local_imports_are_only_of_what_is_slow_to_import():
+def function_local_imports(path: pathlib.Path) -> list[tuple[int, str]]:
+  """(line number, source line) of each import inside a function of `path`."""
+  lines = path.read_text().splitlines()
+  found = set()
+  for function in ast.walk(ast.parse("\n".join(lines))):
+    if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      found |= {(node.lineno, lines[node.lineno - 1].strip()) for node in ast.walk(function)
+                if isinstance(node, (ast.Import, ast.ImportFrom))}
+  return sorted(found)
+
+
+def reason_for_deferring(lines: list[str], lineno: int) -> str | None:
+  """The comment that says why the import on line `lineno` (1-based) is in a function.
+
+  Either the line's own comment names an import cycle, or the comment line
+  just above it (above the imports grouped with it) starts with "Deferred:".
+  """
+  own = lines[lineno - 1].partition("#")[2]
+  if "cycle" in own.lower():
+    return own.strip()
+  i = lineno - 2
+  while i >= 0 and lines[i].strip().startswith(("import ", "from ")):
+    i -= 1
+  above = lines[i].strip() if i >= 0 else ""
+  if above.startswith("# Deferred:") or (above.startswith("#") and "cycle" in above.lower()):
+    return above.lstrip("# ")
+  return None
+
+
+def test_the_import_rule_reads_function_local_imports_and_their_reasons(tmp_path):
+  source = tmp_path / "probe.py"
+  source.write_text("import os\ndef f():\n  import jax\n  def g():\n    import json  # an import cycle: x\n"
+                    "  # Deferred: seconds to import.\n  import sympy\n  from a import b\n")
+  found = function_local_imports(source)
+  assert [n for n, _ in found] == [3, 5, 7, 8]
+  lines = source.read_text().splitlines()
+  assert [reason_for_deferring(lines, n) for n, _ in found] == [
+      None, "an import cycle: x", "Deferred: seconds to import.", "Deferred: seconds to import."]
+
+
+def test_library_modules_import_at_the_top():
+  """Only a command defers imports freely (it answers --help at once); a
+  library module imports at its top, unless a comment says why not: the
+  import cycle it breaks, or `# Deferred: <reason>` on the line above."""
+  late = []
+  for path in sorted(PACKAGE.rglob("*.py")):
+    if is_command(module_name(path)):
+      continue
+    lines = path.read_text().splitlines()
+    late += [f"{path.relative_to(PACKAGE)}:{n} {line}" for n, line in function_local_imports(path)
+             if reason_for_deferring(lines, n) is None]
+  assert not late, "import these at module top (or say why not):\n" + "\n".join(late)
+
+
+def test_commands_load_no_heavy_package_before_their_input_is_checked():
   heavy = heavy_modules()
   assert {"model.policy", "rl.cluster", "rl.rollout"} <= heavy and not {"config", "errors"} & heavy
-  light = []
-  for path in sorted(PACKAGE.rglob("*.py")):
-    for function in ast.walk(ast.parse(path.read_text())):
-      if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        continue
-      for node in ast.walk(function):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-          light += [f"{path.name}:{node.lineno} {name}" for name in _imported_names(node)
-                    if name.split(".")[0] not in DEFERRED
-                    and _ours(name) not in heavy]
-  assert not light, f"import these at module level: {light}"
+  commands = {module_name(p) for p in PACKAGE.rglob("*.py") if is_command(module_name(p))}
+  assert {"commands.train", "commands.cli", "plan.command", "train"} <= commands
+  assert not commands & heavy, sorted(commands & heavy)

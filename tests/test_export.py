@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from conftest import device_mesh
-from configs import base
+from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo.commands import export
+from gemma_grpo.model import hf_export
+from gemma_grpo.model import hf_layout
 from gemma_grpo.model import gguf_io
 from gemma_grpo.runtime import hub as hub_lib
 from gemma_grpo.model import lora
@@ -134,7 +136,7 @@ def exported(tiny_run, tmp_path_factory):
   and after the exports.
   """
   before = tree_digest(tiny_run)
-  policy = policy_lib.restore(tiny_run, mesh_lib.make_mesh(base.get_config().mesh))
+  policy = policy_lib.restore(tiny_run, mesh_lib.make_mesh(config_lib.defaults().mesh))
   randomize_lora_b(policy.actor, "layers", seed=0)
   root = tmp_path_factory.mktemp("exports")
   dirs = {}
@@ -143,8 +145,8 @@ def exported(tiny_run, tmp_path_factory):
       "bf16": dict(dtype="bfloat16"),
       "gguf": dict(dtype="float32", fmt="gguf"),
   }.items():
-    dirs[name] = export.export_policy(policy, tiny_run, root / name, **kwargs)
-  dirs["gguf_file"] = export.export_policy(policy, tiny_run, root / "named" / "policy.gguf",
+    dirs[name] = hf_export.export_policy(policy, tiny_run, root / name, **kwargs)
+  dirs["gguf_file"] = hf_export.export_policy(policy, tiny_run, root / "named" / "policy.gguf",
                                            dtype="float32", fmt="gguf")
   after = tree_digest(tiny_run)
   ids = policy.loaded.tokenizer.encode(prompts.render_prompt(QUESTION))
@@ -152,7 +154,7 @@ def exported(tiny_run, tmp_path_factory):
   logits = actor.logits(ids)
   return types.SimpleNamespace(
       policy=policy, dirs=dirs, before=before, after=after, ids=ids, actor=actor,
-      logits=logits, merged=export.merged_tensors(policy),
+      logits=logits, merged=hf_layout.merged_tensors(policy),
   )
 
 
@@ -163,7 +165,7 @@ def test_fused_qkv_splits_into_hf_projections():
   """Sizes with as many KV heads as query heads fuse q, k, v: [3, N, D, H]."""
   n, d, h = 2, 6, 4
   qkv = np.arange(3 * n * d * h, dtype=np.float32).reshape(3, n, d, h)
-  hf = export.to_hf({"layers.0.attn.qkv_einsum.w": qkv})
+  hf = hf_layout.to_hf({"layers.0.attn.qkv_einsum.w": qkv})
   for i, proj in enumerate("qkv"):
     # HF row n*H + h, column d holds W[n, d, h].
     expected = np.array([[qkv[i, head, col, j] for col in range(d)] for head in range(n) for j in range(h)])
@@ -200,7 +202,7 @@ def test_merge_matches_an_independent_numpy_merge_of_layer_0(exported):
 
 
 def test_lora_really_changed_the_targeted_weights_and_nothing_else(exported):
-  base_tensors = export.to_hf(lora.merged_params(exported.policy.loaded.model, 0.0))
+  base_tensors = hf_layout.to_hf(lora.merged_params(exported.policy.loaded.model, 0.0))
   assert base_tensors.keys() == exported.merged.keys()
   changed = set()
   for name, merged in exported.merged.items():
@@ -349,12 +351,12 @@ def test_model_card_shows_the_few_shot_prompt_the_stop_text_and_the_runs_own_eva
 def test_sharded_export_has_an_index_and_loads_the_same(exported, tmp_path):
   import safetensors.numpy  # pylint: disable=g-import-not-at-top
 
-  files = export.export_hf(exported.policy, tmp_path, tmp_path, max_shard_size="20MB")
+  files = hf_export.export_hf(exported.policy, tmp_path, tmp_path, max_shard_size="20MB")
   shards = sorted(tmp_path.glob("model-*-of-*.safetensors"))
   # The 67 MB embedding is larger than a shard: it gets one of its own.
   assert [p.name for p in shards] == ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
-  assert export.INDEX_FILE in files and not (tmp_path / export.SINGLE_FILE).exists()
-  index = json.loads((tmp_path / export.INDEX_FILE).read_text())
+  assert hf_export.INDEX_FILE in files and not (tmp_path / hf_export.SINGLE_FILE).exists()
+  index = json.loads((tmp_path / hf_export.INDEX_FILE).read_text())
   assert index["weight_map"]["model.embed_tokens.weight"] == shards[0].name
   assert index["metadata"]["total_size"] == sum(v.nbytes for v in exported.merged.values())
   loaded = {}
@@ -368,13 +370,13 @@ def test_sharded_export_has_an_index_and_loads_the_same(exported, tmp_path):
     ("2GB", 2 * 10**9), ("500MB", 500 * 10**6), ("1.5GiB", 3 * 2**29), ("4096", 4096), ("20 mb", 20 * 10**6),
 ])
 def test_shard_sizes_parse(text, expected):
-  assert export.parse_size(text) == expected
+  assert hf_export.parse_size(text) == expected
 
 
 @pytest.mark.parametrize("text", ["", "0GB", "2XB", "-1MB", "big"])
 def test_bad_shard_sizes_are_user_errors(text):
   with pytest.raises(errors.UserError, match="--max-shard-size"):
-    export.parse_size(text)
+    hf_export.parse_size(text)
 
 
 # --- GGUF -------------------------------------------------------------------------
@@ -383,8 +385,8 @@ def test_bad_shard_sizes_are_user_errors(text):
 def test_gguf_export_reads_back_as_the_merged_weights(exported):
   import gguf  # pylint: disable=g-import-not-at-top
 
-  path = exported.dirs["gguf"] / export.GGUF_FILE
-  assert {p.name for p in exported.dirs["gguf"].iterdir()} == {export.GGUF_FILE, "README.md"}
+  path = exported.dirs["gguf"] / hf_export.GGUF_FILE
+  assert {p.name for p in exported.dirs["gguf"].iterdir()} == {hf_export.GGUF_FILE, "README.md"}
   reader = gguf.GGUFReader(str(path))  # ~13 s: it parses 3 x 262,144 vocabulary entries
   back = gguf_io.read_tensors(reader)
   assert back.keys() == exported.merged.keys()
@@ -421,7 +423,7 @@ def test_transformers_reads_the_gguf_export_with_the_hf_exports_logits(exported)
   # tiny model's head_dim, so the test passes it as a user would.
   head_dim = exported.policy.config.model.random.head_dim
   model = AutoModelForCausalLM.from_pretrained(
-      str(exported.dirs["gguf"]), gguf_file=export.GGUF_FILE, dtype=torch.float32,
+      str(exported.dirs["gguf"]), gguf_file=hf_export.GGUF_FILE, dtype=torch.float32,
       query_pre_attn_scalar=head_dim)
   assert type(model).__name__ == "Gemma3ForCausalLM"
   with torch.no_grad():
@@ -449,7 +451,7 @@ def test_out_ending_in_gguf_is_the_file_itself(exported):
   path = exported.dirs["gguf_file"]
   assert path.is_file() and path.name == "policy.gguf"
   assert [p.name for p in path.parent.iterdir()] == ["policy.gguf"]  # no temporary left
-  assert path.read_bytes() == (exported.dirs["gguf"] / export.GGUF_FILE).read_bytes()
+  assert path.read_bytes() == (exported.dirs["gguf"] / hf_export.GGUF_FILE).read_bytes()
 
 
 @pytest.mark.parametrize("tensor_type", ["F32", "F16", "BF16"])
@@ -546,8 +548,8 @@ def test_overwrite_replaces_the_old_export(exported, tmp_path):
   out.mkdir()
   (out / "stale.bin").write_text("old")
   with pytest.raises(errors.UserError, match="not empty"):
-    export.export_policy(exported.policy, tmp_path / "run", out, fmt="gguf")
-  export.export_policy(exported.policy, tmp_path / "run", out, overwrite=True)
+    hf_export.export_policy(exported.policy, tmp_path / "run", out, fmt="gguf")
+  hf_export.export_policy(exported.policy, tmp_path / "run", out, overwrite=True)
   assert not (out / "stale.bin").exists() and (out / "model.safetensors").exists()
   assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary directories left
 
@@ -556,9 +558,9 @@ def test_a_failed_export_leaves_nothing_behind(exported, tmp_path, monkeypatch):
   def crash(*args, **kwargs):
     raise RuntimeError("disk full")
 
-  monkeypatch.setattr(export, "save_tokenizer", crash)
+  monkeypatch.setattr(hf_export, "save_tokenizer", crash)
   with pytest.raises(RuntimeError, match="disk full"):
-    export.export_policy(exported.policy, tmp_path / "run", tmp_path / "out")
+    hf_export.export_policy(exported.policy, tmp_path / "run", tmp_path / "out")
   assert list(tmp_path.iterdir()) == []
 
 
@@ -604,7 +606,7 @@ def test_push_to_hub_uploads_the_export_byte_for_byte_to_a_private_repo(
     assert pushed[path] == data, path  # compared one by one: a 67 MB diff would drown the name
   # The weights went by LFS, the path a multi-GB export must take; small files in the commit.
   stored = {path.removeprefix("/lfs/") for method, path, _ in hub.log if method == "PUT"}
-  assert hashlib.sha256(local[export.SINGLE_FILE]).hexdigest() in stored
+  assert hashlib.sha256(local[hf_export.SINGLE_FILE]).hexdigest() in stored
   assert hashlib.sha256(local["config.json"]).hexdigest() not in stored
   # The token goes to the Hub's API and nowhere else: not to the storage URL
   # (presigned on the real Hub), not to telemetry, not to the output or the logs.
@@ -635,7 +637,7 @@ def test_offline_270m_with_random_lora_exports_faithfully(tmp_path):
   """Non-zero random B on every adapter of the real 270M; fp32 and bf16 exports."""
   from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
-  c = base.get_config()  # gguf:gemma-3-270m, float32
+  c = config_lib.defaults()  # gguf:gemma-3-270m, float32
   c.lora.rank, c.lora.alpha = 8, 16.0
   mesh = device_mesh()  # sharded exports are the tiny model's tests; this one is about the numbers
   loaded = model_loading.build(c.model, mesh)
@@ -647,7 +649,12 @@ def test_offline_270m_with_random_lora_exports_faithfully(tmp_path):
   unmerged = JaxReference(loaded.model, len(ids)).logits(ids)
   assert np.abs(unmerged - ref).max() > 0.05 * np.abs(ref).max()  # the LoRA matters
   for dtype, bound in (("float32", FP32_BOUND), ("bfloat16", BF16_VS_FLOAT32_BOUND_270M)):
-    out = export.export_policy(policy, tmp_path / "run", tmp_path / dtype, dtype=dtype)
+    out = hf_export.export_policy(policy, tmp_path / "run", tmp_path / dtype, dtype=dtype)
     diff = np.abs(hf_logits(out, ids) - ref).max()
     print(f"270M {dtype}: max|diff| {diff:.3g} = {diff / np.abs(ref).max():.3g} x max|logit|")
     assert diff <= bound * np.abs(ref).max(), (dtype, diff)
+
+
+def test_the_library_names_still_import_from_the_command_module():
+  assert export.to_hf is hf_layout.to_hf and export.export is hf_export.export
+  assert export.FORMATS == hf_export.FORMATS and export.DTYPES == hf_export.DTYPES

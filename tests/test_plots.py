@@ -1,4 +1,4 @@
-"""Tests for gemma_grpo.commands.plots: PNGs from a finished tiny run, and bad input."""
+"""Tests for gemma_grpo.runtime.curves and `gemma-grpo plot`: PNGs from a finished tiny run, and bad input."""
 
 import json
 import shutil
@@ -9,6 +9,7 @@ import pytest
 from conftest import run_cli
 from gemma_grpo import errors
 from gemma_grpo.commands import plots
+from gemma_grpo.runtime import curves
 
 CHARTS = ("rewards.png", "completion_length.png", "entropy.png", "loss.png", "kl.png",
           "clipping.png", "throughput.png")
@@ -48,7 +49,7 @@ def test_write_plots_draws_accuracy_when_the_run_evaluated(tmp_path):
   (tmp_path / "tensorboard").mkdir()
   (tmp_path / "tensorboard" / "metrics.jsonl").write_text(
       "".join(json.dumps(r) + "\n" for r in rows))
-  written = plots.write_plots(tmp_path)
+  written = curves.write_plots(tmp_path)
   assert [p.name for p in written] == ["rewards.png", "accuracy.png"]
   assert_non_trivial(tmp_path / "plots" / "accuracy.png")
 
@@ -59,7 +60,7 @@ def test_write_plots_of_an_sft_run_draw_its_loss(tmp_path):
   (tmp_path / "tensorboard").mkdir()
   (tmp_path / "tensorboard" / "metrics.jsonl").write_text(
       "".join(json.dumps(r) + "\n" for r in rows))
-  assert [p.name for p in plots.write_plots(tmp_path)] == ["loss.png"]
+  assert [p.name for p in curves.write_plots(tmp_path)] == ["loss.png"]
   assert_non_trivial(tmp_path / "plots" / "loss.png")
 
 
@@ -73,7 +74,7 @@ def test_write_plots_rejects_runs_without_metrics(tmp_path, content, needle):
     (tmp_path / "tensorboard").mkdir()
     (tmp_path / "tensorboard" / "metrics.jsonl").write_text(content)
   with pytest.raises(errors.UserError, match=needle):
-    plots.write_plots(tmp_path)
+    curves.write_plots(tmp_path)
 
 
 def test_plot_command_exits_2_with_one_line_on_a_missing_run(tmp_path):
@@ -89,9 +90,16 @@ def test_plot_command_exits_2_with_one_line_on_a_missing_run(tmp_path):
     ([2, 4, 6], 5, [2, 3, 4]),
 ])
 def test_moving_average(values, window, expected):
-  np.testing.assert_allclose(plots.moving_average(np.array(values, float), window), expected)
+  np.testing.assert_allclose(curves.moving_average(np.array(values, float), window), expected)
 
 
 @pytest.mark.parametrize("num_points, window", [(1, 1), (7, 1), (14, 3), (100, 25), (1000, 25)])
 def test_short_runs_are_smoothed_enough_to_show_their_trend(num_points, window):
-  assert plots.smoothing_window(num_points) == window
+  assert curves.smoothing_window(num_points) == window
+
+
+def test_the_drawing_functions_still_import_from_the_command_module():
+  assert plots.write_plots is curves.write_plots
+  assert plots.moving_average is curves.moving_average
+  with pytest.raises(AttributeError):
+    plots.no_such_name  # pylint: disable=pointless-statement

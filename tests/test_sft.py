@@ -13,7 +13,7 @@ from gemma_grpo.runtime import guards
 from gemma_grpo.runtime import metrics
 from gemma_grpo.model import policy as policy_lib
 from gemma_grpo.tasks import prompts
-from gemma_grpo.commands import sft
+from gemma_grpo.rl import sft
 
 
 class CharTokenizer:
@@ -141,10 +141,16 @@ class RecordingWriter:
 def test_progress_hooks_write_each_finished_step_and_stop_on_a_nan_loss():
   writer = RecordingWriter()
   reported = []
-  progress = sft._progress_hooks(writer, max_steps=3, on_step=reported.append)  # pylint: disable=protected-access
+  progress = sft._Progress(writer, max_steps=3, on_step=reported.append)  # pylint: disable=protected-access
   progress.on_train_step_end(None, 1, 2.5)
   progress.on_train_step_end(None, 2, 2.0)
   assert writer.finished == [0, 1]
   assert reported == [1, 2]
   with pytest.raises(guards.NonFiniteError, match="sft step 3: loss is nan"):
     progress.on_train_step_end(None, 3, float("nan"))
+
+
+def test_the_library_names_still_import_from_the_command_module():
+  from gemma_grpo.commands import sft as sft_command  # pylint: disable=g-import-not-at-top
+
+  assert sft_command.loss_fn is sft.loss_fn and sft_command.encode_examples is sft.encode_examples
