@@ -170,8 +170,8 @@ def _feed_forward_math(statics: _FeedForwardStatics, x_BxTxD, weights: tuple):
     if has_adapter:
       return lora_dot(x, kernel, next(remaining), next(remaining), statics.lora_scale,
                       statics.matmul_dtype)
-    return jnp.einsum("...i,io->...o", _operand(x, statics.matmul_dtype),
-                      _operand(kernel, statics.matmul_dtype),
+    return jnp.einsum("...i,io->...o", operand(x, statics.matmul_dtype),
+                      operand(kernel, statics.matmul_dtype),
                       preferred_element_type=jnp.result_type(x, kernel))
 
   gate_adapted, up_adapted, down_adapted = statics.adapted
@@ -225,7 +225,8 @@ _recomputed_feed_forward.defvjp(_recomputed_feed_forward_fwd, _recomputed_feed_f
                                 symbolic_zeros=True)
 
 
-def _operand(x, matmul_dtype: str | None):
+def operand(x, matmul_dtype: str | None):
+  """`x` as an operand of a large product: cast to `matmul_dtype` ("bfloat16"), or as is."""
   return x if matmul_dtype is None else x.astype(matmul_dtype)
 
 
@@ -243,8 +244,8 @@ def _lora_dot_forward(x_BxTxI, w_IxO, a_IxR, b_RxO, scale, matmul_dtype):
   dtype = jnp.result_type(x_BxTxI, w_IxO)
   x_BxTxI, w_IxO = x_BxTxI.astype(dtype), w_IxO.astype(dtype)
   xa_BxTxR = jnp.einsum("bti,ir->btr", x_BxTxI, a_IxR)
-  xw_BxTxO = jnp.einsum("bti,io->bto", _operand(x_BxTxI, matmul_dtype),
-                        _operand(w_IxO, matmul_dtype), preferred_element_type=dtype)
+  xw_BxTxO = jnp.einsum("bti,io->bto", operand(x_BxTxI, matmul_dtype),
+                        operand(w_IxO, matmul_dtype), preferred_element_type=dtype)
   y_BxTxO = xw_BxTxO + jnp.einsum("btr,ro->bto", xa_BxTxR, b_RxO) * scale
   return y_BxTxO, xa_BxTxR
 
@@ -266,8 +267,8 @@ def _lora_dot_bwd(scale, matmul_dtype, residuals, dy_BxTxO):
   dyb_BxTxR = jnp.einsum("bto,ro->btr", dy_BxTxO, b_RxO) * scale
   dx = dw = None
   if wants_dx is not None:
-    dx = (jnp.einsum("bto,io->bti", _operand(dy_BxTxO, matmul_dtype),
-                     _operand(w_IxO, matmul_dtype), preferred_element_type=dy_BxTxO.dtype)
+    dx = (jnp.einsum("bto,io->bti", operand(dy_BxTxO, matmul_dtype),
+                     operand(w_IxO, matmul_dtype), preferred_element_type=dy_BxTxO.dtype)
           + jnp.einsum("btr,ir->bti", dyb_BxTxR, a_IxR)).astype(x_BxTxI.dtype)
   if wants_dw is not None:
     dw = jnp.einsum("bti,bto->io", x_BxTxI, dy_BxTxO).astype(w_IxO.dtype)

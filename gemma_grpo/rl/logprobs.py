@@ -19,6 +19,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from gemma_grpo.model import gemma3_rl
+
 DEFAULT_CHUNK = 16384
 # Stands in for -inf: exp() of it is 0 and, unlike -inf, its gradients stay finite.
 _NEG = -1e30
@@ -90,8 +92,9 @@ def _scan_vocabulary(hidden_BxCxD, embed_VxD, targets_BxC, temperature, chunk,
     new_max = jnp.maximum(run_max, c_max)
     old_scale, new_scale = jnp.exp(run_max - new_max), jnp.exp(c_max - new_max)
     if expected_embedding:
-      c_embed = jnp.einsum("bck,kd->bcd", _operand(weights_BxCxK, matmul_dtype),
-                           _operand(embed_KxD, matmul_dtype), preferred_element_type=jnp.float32)
+      c_embed = jnp.einsum("bck,kd->bcd", gemma3_rl.operand(weights_BxCxK, matmul_dtype),
+                           gemma3_rl.operand(embed_KxD, matmul_dtype),
+                           preferred_element_type=jnp.float32)
       run_embed = run_embed * old_scale[..., None] + c_embed * new_scale[..., None]
     return (
         new_max,
@@ -116,14 +119,11 @@ def _scan_vocabulary(hidden_BxCxD, embed_VxD, targets_BxC, temperature, chunk,
 
 def _chunk_logits(hidden_BxCxD, embed_KxD, valid_K, temperature, matmul_dtype):
   logits_BxCxK = jnp.einsum(
-      "bcd,kd->bck", _operand(hidden_BxCxD, matmul_dtype), _operand(embed_KxD, matmul_dtype),
+      "bcd,kd->bck", gemma3_rl.operand(hidden_BxCxD, matmul_dtype),
+      gemma3_rl.operand(embed_KxD, matmul_dtype),
       preferred_element_type=jnp.float32,
   ) / temperature
   return jnp.where(valid_K, logits_BxCxK, _NEG)
-
-
-def _operand(x, matmul_dtype: str | None):
-  return x if matmul_dtype is None else x.astype(matmul_dtype)
 
 
 def _picked(logits_BxCxK, local_BxC):
