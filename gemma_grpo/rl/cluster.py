@@ -32,14 +32,15 @@ from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.rollout import base_rollout
 from tunix.sft import metrics_logger
 
-from gemma_grpo.runtime import host_memory
+from gemma_grpo import config as config_lib
+from gemma_grpo import seam
+from gemma_grpo import storage
 from gemma_grpo.model import lora
 from gemma_grpo.rl import multi_turn
 from gemma_grpo.rl import optim
 from gemma_grpo.rl import rollout
-from gemma_grpo import seam
-from gemma_grpo import storage
 from gemma_grpo.rl import trainers
+from gemma_grpo.runtime import host_memory
 
 seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
 
@@ -159,13 +160,16 @@ def rollout_engine(c: ml_collections.ConfigDict):
 def training_config(c: ml_collections.ConfigDict, workdir, writer):
   """Tunix's RLTrainingConfig; `workdir` None writes no checkpoints or metrics (plan)."""
   t = c.train
+  # Tunix counts prompts; config counts completions and updates.
+  micro_batch_prompts = config_lib.completions_per_train_step(c) // c.grpo.num_generations
+  mini_batches_per_batch = config_lib.updates_per_batch(c) // c.grpo.num_iterations
   return rl_cluster_lib.RLTrainingConfig(
       actor_optimizer=optim.optimizer(c.optim, t.max_steps),
       max_steps=t.max_steps,
       # Read by the actor trainer only: SharedWeightsCluster hands the learner
       # whole batches.
-      mini_batch_size=t.mini_batch_size or t.batch_size,
-      train_micro_batch_size=t.micro_batch_size or t.mini_batch_size or t.batch_size,
+      mini_batch_size=t.batch_size // mini_batches_per_batch,
+      train_micro_batch_size=micro_batch_prompts,
       # Rollouts and log-probs take the whole batch even when the update is
       # split: decoding reads every weight per token whatever the batch size,
       # so two half batches would cost almost twice one full one.
