@@ -1,0 +1,86 @@
+"""Tests for gemma_grpo.rl.algorithms: the table of algorithms and its settings."""
+
+import ml_collections
+import numpy as np
+import pytest
+from tunix.rl import function_registry
+
+from configs import base
+from gemma_grpo import config as config_lib
+from gemma_grpo.rl import algorithms
+
+
+def grpo_section(**overrides) -> ml_collections.ConfigDict:
+  c = base.get_config().grpo
+  with c.unlocked():
+    c.update(overrides)
+  return c
+
+
+def test_the_table_holds_exactly_the_algorithms_config_accepts():
+  assert sorted(algorithms.VARIANTS) == sorted(config_lib.ALGORITHMS)
+
+
+def test_an_unknown_algorithm_is_refused():
+  with pytest.raises(ValueError, match="unknown grpo.algorithm 'ppo'"):
+    algorithms.algo_config(grpo_section(algorithm="ppo"))
+
+
+@pytest.mark.parametrize("algorithm, expected", [
+    ("grpo", dict(advantage_estimator="grpo", loss_agg_mode="sequence-mean-token-mean",
+                  loss_algo="grpo", epsilon=0.2, epsilon_high=0.2, beta=0.08)),
+    ("dapo", dict(advantage_estimator="grpo", loss_agg_mode="token-mean",
+                  loss_algo="grpo", epsilon=0.2, epsilon_high=0.28, beta=0.0)),
+    ("dr_grpo", dict(advantage_estimator="drgrpo", loss_agg_mode="sequence-mean-token-scale",
+                     loss_algo="grpo", epsilon=0.2, epsilon_high=0.2, beta=0.08)),
+    ("gspo", dict(advantage_estimator="grpo", loss_agg_mode="sequence-mean-token-mean",
+                  loss_algo="gspo-token", epsilon=3e-4, epsilon_high=4e-4, beta=0.08)),
+])
+def test_algo_config(algorithm, expected):
+  cfg = algorithms.algo_config(grpo_section(algorithm=algorithm))
+  assert cfg.policy_loss_fn == "gemma_grpo"
+  assert cfg.kl_loss_mode == "low_var_kl"
+  assert {f: getattr(cfg, f) for f in expected} == pytest.approx(expected)
+
+
+def test_algo_config_carries_the_tis_cap():
+  assert algorithms.algo_config(grpo_section()).tis_cap == 0.0
+  assert algorithms.algo_config(grpo_section(algorithm="gspo", tis_cap=2.0)).tis_cap == 2.0
+
+
+def test_algo_config_carries_dapo_extras():
+  cfg = algorithms.algo_config(grpo_section(
+      algorithm="dapo", beta=0.0, overlong_buffer=64, overlong_penalty=0.5,
+      dynamic_sampling=True, max_resample_rounds=2))
+  assert (cfg.overlong_buffer, cfg.overlong_penalty) == (64, 0.5)
+  assert (cfg.dynamic_sampling, cfg.max_resample_rounds) == (True, 2)
+
+
+def test_loss_metrics_log_tis_only_when_it_is_on():
+  tis = {"tis/ratio_mean", "tis/ratio_min", "tis/ratio_max", "tis/capped_frac"}
+  assert not tis & set(algorithms.loss_metrics(with_kl=True))
+  on = algorithms.loss_metrics(with_kl=True, with_tis=True)
+  assert tis <= set(on)
+  assert (on["tis/ratio_min"], on["tis/ratio_max"]) == (np.min, np.max)
+
+
+@pytest.mark.parametrize("name, rewards, expected", [
+    # GRPO: (r - mean) / std with the sample std (ddof 1) of the group.
+    ("grpo", [1.0, 3.0, 0.0, 0.0], [-1 / np.sqrt(2), 1 / np.sqrt(2), 0.0, 0.0]),
+    # Dr. GRPO: r - mean only.
+    ("drgrpo", [1.0, 3.0, 0.0, 4.0], [-1.0, 1.0, -2.0, 2.0]),
+])
+def test_advantage_estimators(name, rewards, expected):
+  fn = function_registry.get_advantage_estimator(name)
+  np.testing.assert_allclose(fn(rewards=np.array(rewards), num_generations=2), expected,
+                             rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("algorithm, expected", [
+    ("grpo", [-1 / np.sqrt(2), 1 / np.sqrt(2), 0.0, 0.0]),
+    ("dr_grpo", [-1.0, 1.0, 0.0, 0.0]),
+])
+def test_advantages_follow_the_algorithms_estimator(algorithm, expected):
+  algo = algorithms.algo_config(grpo_section(algorithm=algorithm, num_generations=2))
+  np.testing.assert_allclose(algorithms.advantages(algo, np.array([1.0, 3.0, 0.0, 0.0])),
+                             expected, rtol=1e-5, atol=1e-6)
