@@ -54,6 +54,7 @@ def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> ml_col
   for key, value in (overrides or {}).items():
     config_lib.override(c, key, repr(value) if not isinstance(value, str) else value)
   config_lib.validate(c)
+  rewards.check_config(c.rewards)
   return c
 
 
@@ -102,6 +103,7 @@ def use_tools(c: ml_collections.ConfigDict, *tool_fns: Callable[[str], str]) -> 
   except ValueError as e:
     raise errors.UserError(str(e)) from None
   config_lib.validate(c)
+  rewards.check_config(c.rewards)
   return c
 
 
@@ -109,6 +111,7 @@ def train(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Run:
   """Trains `c` into `workdir` up to train.max_steps (or resumes there)."""
   workdir = os.fspath(workdir)
   config_lib.validate(c)  # it may have changed since load_config
+  rewards.check_config(c.rewards)
   with workdir_lock.held(storage.path(workdir), take=True):
     code = training_run.train(c, workdir)
   if code:
