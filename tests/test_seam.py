@@ -163,5 +163,22 @@ def test_the_private_name_finder_finds_each_kind_of_touch():
   ]
 
 
+# Touches 1, 3-6 still sit where they are used; they move into their seam
+# modules next (issue 46). Listed by what, not by line, so that any new touch
+# fails this test.
+NOT_YET_MOVED = {
+    "model/gemma3_rl.py Gemma3 uses its library base's _encode_and_get_inputs",
+    "rl/cluster.py SharedWeightsCluster uses its library base's _anchor_policy_state",
+    "rl/decode_layers.py reads ._query_norm",
+    "rl/decode_layers.py reads ._key_norm",
+    "rl/learner.py Learner uses its library base's _rollout_micro_batch_size",
+    "rl/learner.py Learner overrides its library base's _generate_and_compute_advantage",
+    "rl/learner.py Learner uses its library base's _compute_logps_micro_batch_size",
+    "rl/learner.py Learner uses its library base's _last_iter_step",
+    "rl/trainers.py RLTrainer overrides its library base's _prepare_inputs",
+}
+
+
 def test_no_module_outside_the_seam_touches_a_private_name_of_tunix_qwix_flax_or_jax():
-  assert not private_touches(), "\n".join(private_touches())
+  found = {t.split(":", 1)[0] + " " + t.split(" ", 1)[1] for t in private_touches()}
+  assert found <= NOT_YET_MOVED, "\n".join(sorted(found - NOT_YET_MOVED))

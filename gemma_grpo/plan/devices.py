@@ -20,6 +20,7 @@ INSTALL = "pip install 'gemma-grpo[plan]'  (or pip install -e '.[plan]' in a che
 
 def for_topology(t: chips.Topology) -> list:
   """The devices of slice `t`, as its compiler sees them."""
+  # Deferred: `plan --help` and a config check need no JAX, which takes seconds.
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
 
   try:

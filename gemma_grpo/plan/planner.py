@@ -21,6 +21,7 @@ import ml_collections
 from gemma_grpo.plan import analysis
 from gemma_grpo.plan import chips
 from gemma_grpo.plan import programs as programs_lib
+from gemma_grpo.plan import shapes
 
 _FIXES = {
     "update": "more devices on mesh.fsdp, a smaller train.micro_batch_size, or model.dtype=bfloat16",
@@ -197,6 +198,4 @@ def _with_reference(c: ml_collections.ConfigDict) -> bool:
 
 
 def _describe(c: ml_collections.ConfigDict) -> str:
-  from gemma_grpo.plan import shapes  # pylint: disable=g-import-not-at-top
-
   return shapes.describe(c)
