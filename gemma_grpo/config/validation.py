@@ -16,9 +16,9 @@ import re
 import ml_collections
 
 from gemma_grpo import errors
-from gemma_grpo.config import choices
+import gemma_grpo.config.choices as choices  # the module, not the package: no cycle
 from gemma_grpo.config.defaults import defaults
-from gemma_grpo.config import derived
+import gemma_grpo.config.derived as derived
 
 
 def _check(problems: list[str], ok: bool, message: str) -> None:
