@@ -11,6 +11,7 @@ import pytest
 from tunix.sft import sharding_utils
 
 from conftest import device_mesh  # pylint: disable=g-importing-member
+from gemma_grpo.rl import batch_logps
 from gemma_grpo.rl import cluster as cluster_lib
 from gemma_grpo import config as config_lib
 from gemma_grpo.tasks import data as data_lib
@@ -79,7 +80,7 @@ def test_plan_lowers_the_programs_that_training_runs(tmp_path, monkeypatch, over
 
   spy(monkeypatch, rollout_lib, "_prefill", trained)
   spy(monkeypatch, rollout_lib, "_decode", trained)
-  spy(monkeypatch, learner_lib, "logps_program", trained)
+  spy(monkeypatch, batch_logps, "logps_program", trained)
   splits = data_lib.build_splits(c.data, loaded.tokenizer, c.rollout.max_prompt_length)
   learner.train(iter(data_lib.train_batches(splits.train, c.train.batch_size, 0)))
   writer.close()

@@ -2,7 +2,7 @@
 
   update     the actor trainer's jitted step (forward, backward, optimizer on
              the LoRA parameters), trainers.jit_train_step
-  reference  the reference model's log-probs of a batch, learner.logps_program
+  reference  the reference model's log-probs of a batch, batch_logps.logps_program
   prefill    the rollout engine's prefill of the distinct prompts
   decode     the rollout engine's decode loop (cost counted per token)
 
@@ -23,6 +23,7 @@ import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.sft import sharding_utils
 
+from gemma_grpo.rl import batch_logps
 from gemma_grpo.rl import cluster as cluster_lib
 from gemma_grpo import config as config_lib
 from gemma_grpo.rl import learner as learner_lib
@@ -146,7 +147,7 @@ class Builder:
     completion = _data_sharded(jax.ShapeDtypeStruct((rows, c.rollout.max_new_tokens), jnp.int32), self.mesh)
     graphdef, state = nnx.split(self.reference_model)
     with self.mesh:
-      return learner_lib.logps_program.lower(
+      return batch_logps.logps_program.lower(
           graphdef, state, prompt, completion, pad_id=self.ids.pad_id(), eos_id=self.ids.eos_id(),
           temperature=self.algo.temperature, group_size=self.algo.num_generations)
 
