@@ -18,8 +18,9 @@
   which it does by writing that gradient transposed in a strided loop
   fusion: most of the 2.4 of 9.8 thread-seconds that the 270M's update
   spent copying (bench/update_step.py --profile). Written out, every
-  gradient dot reads its large operand in place. Needs `lora_scale` (alpha / r) on the model, which lora.apply sets;
-  without it Qwix's path runs. Seam touch 10 (seam.py).
+  gradient dot reads its large operand in place. Needs `lora_scale`
+  (alpha / r) on the model, which lora.apply sets; without it Qwix's path
+  runs. Seam touch 10 (seam/tunix_gemma3.py).
 * The feed-forward's backward pass recomputes its forward from the block's
   input instead of keeping the [tokens, F] intermediates of every layer,
   which nearly halves the update's temporaries at no measured cost in time
@@ -48,9 +49,7 @@ import jax.numpy as jnp
 from tunix.models.gemma3 import model as gemma3
 from tunix.utils import sharding_utils
 
-from gemma_grpo import seam
-
-seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
+from gemma_grpo.seam import tunix_gemma3
 
 
 class Gemma3(gemma3.Gemma3):
@@ -106,7 +105,7 @@ class Gemma3(gemma3.Gemma3):
           images=images,
       )
     new_cache = None if cache is None else {}
-    x = self._encode_and_get_inputs(tokens=last_tokens)
+    x = tunix_gemma3.embed_tokens(self, last_tokens)
     lora_scale = getattr(self, "lora_scale", None)
     no_remat = self.config.remat_config == gemma3.RematConfig.NONE
     for i, layer in enumerate(self.layers):

@@ -13,11 +13,10 @@ import re
 import numpy as np
 from transformers import Gemma3TextConfig
 
-from gemma_grpo import seam
 from gemma_grpo.model import lora
 from gemma_grpo.model import model_loading
+from gemma_grpo.seam import tunix_gemma3
 
-seam.check_versions()  # Tunix's Gemma-3 parameter names below: other versions stop here (seam.py)
 
 # Tunix Gemma-3 norm module -> HF module (same values: both compute x * (1 + w)).
 _NORMS = {
@@ -25,8 +24,8 @@ _NORMS = {
     "post_attention_norm": "post_attention_layernorm",
     "pre_ffw_norm": "pre_feedforward_layernorm",
     "post_ffw_norm": "post_feedforward_layernorm",
-    "attn._query_norm": "self_attn.q_norm",
-    "attn._key_norm": "self_attn.k_norm",
+    f"attn.{tunix_gemma3.QUERY_NORM}": "self_attn.q_norm",
+    f"attn.{tunix_gemma3.KEY_NORM}": "self_attn.k_norm",
 }
 def _heads_to_rows(w_NDH: np.ndarray) -> np.ndarray:
   """Tunix [heads, embed, head_dim] -> HF [heads*head_dim, embed]."""

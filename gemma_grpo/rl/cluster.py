@@ -33,7 +33,6 @@ from tunix.rl.rollout import base_rollout
 from tunix.sft import metrics_logger
 
 from gemma_grpo import config as config_lib
-from gemma_grpo import seam
 from gemma_grpo import storage
 from gemma_grpo.model import lora
 from gemma_grpo.rl import multi_turn
@@ -41,8 +40,7 @@ from gemma_grpo.rl import optim
 from gemma_grpo.rl import rollout
 from gemma_grpo.rl import trainers
 from gemma_grpo.runtime import host_memory
-
-seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
+from gemma_grpo.seam import tunix_cluster
 
 _WITH_MESH_DEPRECATED = r"`with mesh:` context manager has been deprecated"
 
@@ -54,28 +52,13 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
     super().__init__(actor=actor, reference=reference, tokenizer=tokenizer,
                      cluster_config=cluster_config)
     self._reference_model = reference
-    # Freed here; sync_weights below never rebuilds it. Tunix's
-    # get_old_per_token_logps then refuses to run rather than read stale weights.
-    self._anchor_policy_state = None
+    tunix_cluster.drop_anchor_policy_state(self)
     # RLCluster builds its trainer itself and offers no way to choose the
     # class; this subclass changes only how the step is jitted.
-    self.actor_trainer.__class__ = trainers.RLTrainer
-    self._roll_out_whole_batches()
-
-  def _roll_out_whole_batches(self):
-    """One rollout per batch, however many updates it feeds (train.mini_batch_size).
-
-    Tunix rolls out each mini-batch just before its update, so every update
-    is on-policy. verl's mini-batches share one rollout: the actor trainer
-    keeps the copy of the training config it was built with (an update every
-    mini_batch_size prompts), while the learner, which reads this one, is
-    told that a mini-batch is the whole batch (seam touch 8).
-    """
-    training = self.cluster_config.training_config
-    batch = training.rollout_micro_batch_size  # cluster_config: the whole batch
-    if training.mini_batch_size != batch:
-      training.mini_batch_size = batch
-      training.gradient_accumulation_steps = batch // training.train_micro_batch_size
+    tunix_cluster.use_trainer_class(self, trainers.RLTrainer)
+    # verl's mini-batches, which share one rollout, rather than Tunix's, each
+    # rolled out just before its update.
+    tunix_cluster.roll_out_whole_batches(self)
 
   def update_actor(self, *args, **kwargs):
     # The update is the step's memory peak; start it without the free heap

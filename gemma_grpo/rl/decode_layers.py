@@ -24,11 +24,9 @@ import jax
 import jax.numpy as jnp
 from tunix.models.gemma3 import model as gemma3
 
-from gemma_grpo import seam
 from gemma_grpo.model import lora
 from gemma_grpo.rl import decode_dots
-
-seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
+from gemma_grpo.seam import tunix_gemma3
 
 
 @jax.tree_util.register_dataclass
@@ -103,8 +101,8 @@ def decode_weights(model, lora_scale: float, dtype=jnp.float32) -> list[LayerWei
         attn_norm_D=layer.pre_attention_norm.scale.value,
         query_NHxD=q_NxDxH.transpose(0, 2, 1).reshape(n * h, d).astype(dtype),
         key_value_2KHxD=kv_2xKxDxH.transpose(0, 1, 3, 2).reshape(-1, d).astype(dtype),
-        query_norm_H=attn._query_norm.scale.value,  # pylint: disable=protected-access
-        key_norm_H=attn._key_norm.scale.value,  # pylint: disable=protected-access
+        query_norm_H=tunix_gemma3.query_norm_scale(attn),
+        key_norm_H=tunix_gemma3.key_norm_scale(attn),
         out_DxNH=out_NxHxD.reshape(n * h, d).T.astype(dtype),
         post_attn_norm_D=layer.post_attention_norm.scale.value,
         ffw_norm_D=layer.pre_ffw_norm.scale.value,

@@ -16,9 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
-from tunix.rl.grpo import grpo_learner
 
-from gemma_grpo import seam
+from gemma_grpo.seam import tunix_learner
 from gemma_grpo.model import tokenizer as tokenizer_lib
 from gemma_grpo.rl import algorithms
 from gemma_grpo.rl import batch_logps
@@ -27,8 +26,6 @@ from gemma_grpo.rl import losses
 from gemma_grpo.rl import rollout_rounds
 from gemma_grpo.rl import train_examples
 from gemma_grpo.tasks import data as data_lib
-
-seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
 
 Mode = rl_cluster_lib.Mode
 
@@ -50,7 +47,7 @@ wants_sampler_logps = train_examples.wants_sampler_logps
 example_columns = train_examples.example_columns
 
 
-class Learner(grpo_learner.GRPOLearner):
+class Learner(tunix_learner.StepLearner):
   """Tunix's GRPO learner with our rollout step; see the module docstring.
 
   Step s samples round k of call c with key fold_in(seed, s, c, k), so every
@@ -72,10 +69,8 @@ class Learner(grpo_learner.GRPOLearner):
       raise ValueError("grpo.dynamic_sampling needs refill_problems (the training problems)")
     self._rollout_seed = rollout_seed
     if cfg.num_iterations > 1:
-      # Tunix resumes its data iterator at the trainer's update count, but
-      # with mu updates per batch only updates / mu batches were consumed
-      # (checkpoints fall on batch boundaries: config.validate).
-      self._last_iter_step //= cfg.num_iterations
+      # Checkpoints fall on batch boundaries (config.validate).
+      self.resume_by_batches(cfg.num_iterations)
     self._stop_text = stop_text
     # The engine's tool calls (rollout.tools): their results are masked out.
     self._tools = tools
@@ -109,7 +104,7 @@ class Learner(grpo_learner.GRPOLearner):
     start = time.perf_counter()
     out = self.rl_cluster.generate(
         prompts=inputs["prompts"], mode=mode,
-        micro_batch_size=self._rollout_micro_batch_size * cfg.num_generations,
+        micro_batch_size=self.rollout_micro_batch_size * cfg.num_generations,
     )
     seconds = time.perf_counter() - start
     n = len(out.tokens)
@@ -167,9 +162,9 @@ class Learner(grpo_learner.GRPOLearner):
                                 completion_ids, lengths, truncated, rewards, fn_rewards, seconds,
                                 sample_logps, tool_mask, tool_calls, failed)
 
-  # --- Tunix's hook --------------------------------------------------------
+  # --- the step between rollout and advantage (seam.tunix_learner) -----------
 
-  def _generate_and_compute_advantage(self, training_input, mode=Mode.TRAIN):
+  def rollout_and_advantage(self, training_input, mode=Mode.TRAIN):
     cfg = self.algo_config
     g = cfg.num_generations
     step = self.rl_cluster.actor_trainer.train_steps  # updates done so far
@@ -213,7 +208,7 @@ class Learner(grpo_learner.GRPOLearner):
     def logps(model, role):
       return batch_logps.micro_batched_logps(
           model, self.rl_cluster.r2m[role], prompt_ids, completion_ids,
-          micro_batch=(self._compute_logps_micro_batch_size or num_groups) * g,
+          micro_batch=(self.logps_micro_batch_size or num_groups) * g,
           pad_id=pad, eos_id=eos, temperature=cfg.temperature, group_size=g)
 
     ref_logps = None

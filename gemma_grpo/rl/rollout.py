@@ -59,7 +59,6 @@ from tunix.rl import common
 from tunix.rl.rollout import base_rollout
 
 from gemma_grpo import config as config_lib
-from gemma_grpo import seam
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import tokenizer as tokenizer_lib
 from gemma_grpo.rl import decode_dots
@@ -70,8 +69,6 @@ from gemma_grpo.rl import multi_turn
 from gemma_grpo.rl import sampling as sampling_lib
 from gemma_grpo.runtime import distributed
 from gemma_grpo.tasks import tools as tools_lib
-
-seam.check_versions()  # Tunix/Qwix internals below: other versions stop here (seam.py)
 
 # The dtypes that config.DECODE_DTYPES names (bench/studies/decode_precision.py reads this too).
 DECODE_DTYPES = {name: getattr(jnp, name) for name in config_lib.DECODE_DTYPES}

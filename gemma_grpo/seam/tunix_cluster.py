@@ -31,6 +31,41 @@ from tunix.sft import peft_trainer
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 
+def drop_anchor_policy_state(cluster: rl_cluster.RLCluster) -> None:
+  """Frees the cluster's anchor copy of the actor's weights (touch 1).
+
+  sync_weights never rebuilds it; Tunix's get_old_per_token_logps then
+  refuses to run rather than read stale weights.
+  """
+  cluster._anchor_policy_state = None  # pylint: disable=protected-access
+
+
+def use_trainer_class(cluster: rl_cluster.RLCluster, trainer_class: type) -> None:
+  """Makes the actor trainer the cluster built an instance of `trainer_class` (touch 2).
+
+  `trainer_class` must subclass rl_trainer.Trainer and add no state of its
+  own to __init__: the object keeps the state Tunix's constructor gave it.
+  """
+  if not issubclass(trainer_class, rl_trainer.Trainer):
+    raise TypeError(f"{trainer_class.__name__} is not a tunix.rl.trainer.Trainer")
+  cluster.actor_trainer.__class__ = trainer_class
+
+
+def roll_out_whole_batches(cluster: rl_cluster.RLCluster) -> None:
+  """One rollout per batch, however many updates it feeds (touch 8).
+
+  The actor trainer keeps the copy of the training config it was built with
+  (an update every mini_batch_size prompts), while RLLearner.train, reading
+  the cluster's, is told that a mini-batch is the whole batch
+  (rollout_micro_batch_size, which the cluster config sets to the batch).
+  """
+  training = cluster.cluster_config.training_config
+  batch = training.rollout_micro_batch_size
+  if training.mini_batch_size != batch:
+    training.mini_batch_size = batch
+    training.gradient_accumulation_steps = batch // training.train_micro_batch_size
+
+
 def _anchor_policy_state() -> None:
   versions.expect("self._anchor_policy_state" in inspect.getsource(rl_cluster.RLCluster),
                   "1", "RLCluster no longer keeps self._anchor_policy_state")

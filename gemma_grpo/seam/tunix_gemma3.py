@@ -1,11 +1,12 @@
 """Touches 5, 6 and 10: Tunix's Gemma-3, as model/gemma3_rl.py extends it.
 
-5. gemma3_rl.Gemma3 calls Gemma3._encode_and_get_inputs (the embedding of
-   last-token decoding) and is swapped in by graphdef (nnx.merge of Tunix's
+5. gemma3_rl.Gemma3 embeds tokens with Gemma3._encode_and_get_inputs
+   (`embed_tokens`, for last-token decoding) and is swapped in by graphdef (nnx.merge of Tunix's
    state into our subclass). Removed by: Tunix exposing a forward over
    hidden states / a decode step with a cache of our shape.
-6. The rollout and the export read Attention._query_norm / _key_norm (the
-   q/k RMS norms) and the state paths that carry those names. Removed by:
+6. The rollout reads Attention._query_norm / _key_norm (the q/k RMS norms:
+   `query_norm_scale`, `key_norm_scale`) and the export maps the state paths
+   that carry those names (QUERY_NORM, KEY_NORM). Removed by:
    public names for the norms (the state paths are the checkpoint format,
    so these only change with a checkpoint-format change).
 10. gemma3_rl re-implements Tunix's DecoderLayer.block and FeedForward.block
@@ -32,6 +33,26 @@ from qwix._src.providers import lora as qwix_lora
 from tunix.models.gemma3 import model as gemma3
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
+# Attention's attribute names for its q/k RMS norms, also their state paths.
+QUERY_NORM = "_query_norm"
+KEY_NORM = "_key_norm"
+
+
+def embed_tokens(model: gemma3.Gemma3, tokens):
+  """The model's input embedding of `tokens` (Gemma3.__call__'s first step)."""
+  return model._encode_and_get_inputs(tokens=tokens)  # pylint: disable=protected-access
+
+
+def query_norm_scale(attention: gemma3.Attention):
+  """The scale of the attention's RMS norm on queries."""
+  return getattr(attention, QUERY_NORM).scale.value
+
+
+def key_norm_scale(attention: gemma3.Attention):
+  """The scale of the attention's RMS norm on keys."""
+  return getattr(attention, KEY_NORM).scale.value
+
+
 # Whitespace- and comment-free source of the methods gemma3_rl re-implements,
 # as of google-tunix 0.1.7.
 _BLOCK_FINGERPRINTS = {"DecoderLayer.block": "66abd2f267646069",
@@ -46,7 +67,7 @@ def _encode_and_get_inputs() -> None:
 
 def _qk_norm_names() -> None:
   source = inspect.getsource(gemma3.Attention.__init__)
-  versions.expect("self._query_norm" in source and "self._key_norm" in source,
+  versions.expect(f"self.{QUERY_NORM}" in source and f"self.{KEY_NORM}" in source,
                   "6", "Attention no longer names its q/k norms _query_norm/_key_norm")
 
 
