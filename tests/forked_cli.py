@@ -34,6 +34,9 @@ PRELOAD = [
     "gemma_grpo.commands.export", "gemma_grpo.commands.plots", "gemma_grpo.rl.learner", "gemma_grpo.rl.cluster",
     "gemma_grpo.rl.rollout", "gemma_grpo.model.lora", "gemma_grpo.model.model_loading", "gemma_grpo.tasks.data",
     "gemma_grpo.runtime.checkpoints", "gemma_grpo.rl.step_hooks", "gemma_grpo.runtime.guards",
+    # What the commands import once the config is checked: transformers alone takes seconds.
+    "gemma_grpo.rl.training_run", "gemma_grpo.rl.sft", "gemma_grpo.rl.evaluation",
+    "gemma_grpo.model.hf_export", "gemma_grpo.runtime.curves",
 ]
 
 _context = None
