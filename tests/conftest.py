@@ -107,11 +107,12 @@ def run_python(code: str, *, cwd: pathlib.Path, devices: int = 1,
 # Files that share the two_processes_four_steps fixture: one xdist worker runs
 # them all, so the two-process run is made once, not once per worker.
 TWO_PROCESS_FILES = ("test_distributed.py", "test_gpu_cluster.py", "test_tpu_rehearsal.py")
-# The longest files first (test time on 2 cores, 2026-12-02), so the two
-# workers finish together; the order changes nothing else.
-LONGEST_FIRST = ("two processes", "test_learner.py", "test_export.py", "test_sft.py",
-                 "test_mesh.py", "test_train.py", "test_reliability.py", "test_storage.py",
-                 "test_evaluate.py", "test_model_loading.py", "test_api.py")
+# The longest files first (test time on 2 cores, a cold run of 2026-12-05), so
+# the two workers finish together; the order changes nothing else.
+LONGEST_FIRST = ("two processes", "test_multi_turn.py", "test_learner.py", "test_export.py",
+                 "test_mesh.py", "test_plan_programs.py", "test_plan.py", "test_sft.py",
+                 "test_train.py", "test_reliability.py", "test_storage.py", "test_rollout.py",
+                 "test_tokenizer.py", "test_evaluate.py", "test_model_loading.py", "test_api.py")
 
 
 def _work_unit(file_name: str) -> str:
