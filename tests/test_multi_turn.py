@@ -17,6 +17,7 @@ from gemma_grpo.rl import multi_turn
 from gemma_grpo.tasks import prompts
 from gemma_grpo.rl import rollout
 from gemma_grpo.tasks import tools
+import scripted_model
 import test_rollout
 
 CLOSE = "</tool_call>"
@@ -262,25 +263,50 @@ def test_an_engine_without_tools_takes_no_turns(tiny_model):
   assert not engine.uses_tools and engine.take_tool_turns() == []
 
 
-# --- From the command line, on the tiny config ------------------------------------
+# --- From the command line, with a tiny model that calls the calculator -----------
+
+# tests/scripted_model.py: the tiny model plus a planted script, so that its
+# completions make good, failed and malformed calls, or none, by sampling.
+TOOL_RUN = ["train", "--config", "configs/tiny.py", "--config.rollout.tools=calculator",
+            "--config.rewards.weights.tool_errors=1.0", "--config.train.max_steps=1",
+            "--config.train.batch_size=4", "--config.rollout.max_new_tokens=48",
+            "--config.rollout.kv_cache_size=240", "--config.eval.every_steps=1",
+            "--config.eval.max_new_tokens=48", "--config.mesh.fsdp=2", "--config.mesh.tp=1"]
+
+
+def _rows(workdir):
+  return {row["step"]: row for row in metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")}
+
+
+@pytest.fixture(scope="module")
+def calling_model(tmp_path_factory):
+  tokenizer_dir = model_loading.offline_270m_dir(tiny.get_config().model)
+  return scripted_model.write(tmp_path_factory.mktemp("scripted") / "model", tokenizer_dir)
+
+
+@pytest.fixture(scope="module")
+def one_process_tool_run(calling_model, tmp_path_factory):
+  """One step and its eval, one process with two devices (fsdp=2)."""
+  workdir = tmp_path_factory.mktemp("one") / "run"
+  run_cli([*TOOL_RUN, f"--config.model.source={calling_model}", "--workdir", str(workdir)],
+          devices=2)
+  return workdir
 
 
 @pytest.mark.slow
-def test_a_run_with_tools_trains_evaluates_and_reports_them(tmp_path):
-  """The tool path end to end (the tiny random model rarely writes a call, so
-  this checks the plumbing; the 270M tests below make real calls)."""
-  workdir = tmp_path / "run"
-  run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
-           "--config.rollout.tools=calculator", "--config.train.max_steps=1",
-           "--config.eval.every_steps=1", "--config.rewards.weights.tool_errors=1.0"])
-  row = metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")[-1]
-  for key in ("tools/train/calls_per_completion", "tools/train/failed_frac",
-              "rewards/train/tool_errors", "eval/tool_use_rate"):
-    assert key in row, key
-  run_cli(["eval", "--workdir", str(workdir), "--num-test", "2", "--out", str(tmp_path / "eval")])
+def test_a_run_with_tools_trains_evaluates_and_reports_them(one_process_tool_run, tmp_path):
+  row = _rows(one_process_tool_run)[1]
+  assert row["tools/train/calls_per_completion"] > 0.5  # the loop ran, on most rows
+  assert 0 < row["tools/train/failed_frac"] < 1  # good calls and failed ones
+  assert row["rewards/train/tool_errors"] < 0
+  assert row["eval/tool_use_rate"] > 0  # the in-training eval used the tool too
+  run_cli(["eval", "--workdir", str(one_process_tool_run), "--num-test", "2",
+           "--out", str(tmp_path / "eval")], devices=2)
   report = json.loads((tmp_path / "eval" / "eval.json").read_text())
   assert report["settings"]["decoding"]["tools"] == "calculator"  # evaluated as trained
-  assert "tool_calls_per_completion" in report["metrics"]
+  assert report["metrics"]["tool_calls_per_completion"] > 0
+  samples = (tmp_path / "eval" / "samples.jsonl").read_text()
+  assert "<tool_result>42</tool_result>" in samples or "<tool_result>error:" in samples
 
 
 def test_a_tool_that_cannot_be_loaded_stops_train_in_one_line(tmp_path):
@@ -293,29 +319,24 @@ def test_a_tool_that_cannot_be_loaded_stops_train_in_one_line(tmp_path):
   assert not (tmp_path / "run" / "checkpoints").exists()
 
 
-# --- On a mesh of two processes, with the real 270M calling the calculator -------
-
-TOOL_RUN = ["train", "--config", "tests/tools_config.py", "--config.mesh.fsdp=2",
-            "--config.mesh.tp=1"]
-
-
-def _rows(workdir):
-  return {row["step"]: row for row in metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")}
+# --- On a mesh of two processes -----------------------------------------------------
 
 
 @pytest.mark.slow
-def test_two_processes_call_the_tools_as_one_process_does(tmp_path):
-  """Each process runs the tool loop over the same rows; the step equals one
-  process's with two devices: the same rewards, calls and lengths, and the loss."""
-  one = tmp_path / "one"
-  run_cli([*TOOL_RUN, "--workdir", str(one)], devices=2, timeout=900)
-  procs = start_processes([*TOOL_RUN, "--workdir", str(tmp_path / "two")], devices=1,
+def test_two_processes_call_the_tools_as_one_process_does(one_process_tool_run, calling_model,
+                                                         tmp_path):
+  """Each process runs the tool loop over its own rows; the step and its eval
+  equal one process's with two devices: rewards, calls, lengths and the loss."""
+  procs = start_processes([*TOOL_RUN, f"--config.model.source={calling_model}",
+                           "--workdir", str(tmp_path / "two")], devices=1,
                           logdir=tmp_path / "logs")
   codes = wait_all(procs, timeout=900)
   assert codes == [0, 0], [(tmp_path / "logs" / f"p{r}.err").read_text()[-3000:] for r in (0, 1)]
-  single, double = _rows(one)[1], _rows(tmp_path / "two")[1]
-  assert single["tools/train/calls_per_completion"] > 0.5  # the loop ran, on most rows
+  single, double = _rows(one_process_tool_run)[1], _rows(tmp_path / "two")[1]
+  assert single["tools/train/calls_per_completion"] > 0.5
   for key in ("rewards/train/sum", "tools/train/calls_per_completion",
-              "tools/train/failed_per_completion", "completions/train/mean_length"):
+              "tools/train/failed_per_completion", "tools/train/turns_mean",
+              "completions/train/mean_length", "eval/tool_use_rate"):
     assert double[key] == single[key], key
-  assert double["actor/train/loss"] == pytest.approx(single["actor/train/loss"], rel=1e-4, abs=1e-7)
+  for key in ("actor/train/loss", "actor/train/kl"):
+    assert double[key] == pytest.approx(single[key], rel=1e-4, abs=1e-7), key
