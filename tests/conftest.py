@@ -182,20 +182,27 @@ def start_processes(args: list[str], *, num_processes: int = 2, devices: int = 4
   """Starts `gemma-grpo ARGS` as the processes of one JAX runtime on localhost.
 
   Each process gets `devices` simulated CPU devices and its rank by flags;
-  its stdout and stderr go to logdir/p<rank>.{out,err}. Returns the Popens.
+  its stdout and stderr go to logdir/p<rank>.{out,err}. Each is forked from
+  the server of tests/forked_cli.py when `env` adds nothing (as run_cli's
+  runs are); returns objects with Popen's poll, wait, kill and send_signal.
   """
   coordinator = f"localhost:{free_port()}"
   logdir.mkdir(parents=True, exist_ok=True)
   procs = []
   for rank in range(num_processes):
-    proc_env = cli_env(devices)
-    proc_env.update(env or {})
+    argv = [*args, *(extra_args or {}).get(rank, []), "--coordinator", coordinator,
+            "--num-processes", str(num_processes), "--process-id", str(rank)]
+    out, err = logdir / f"p{rank}.out", logdir / f"p{rank}.err"
+    if env is None and FORK:  # as run_cli: a process of its own, without the imports
+      import forked_cli  # pylint: disable=g-import-not-at-top
+
+      procs.append(forked_cli.start(argv, cwd=str(REPO), env=cli_env(devices),
+                                    out_path=str(out), err_path=str(err)))
+      continue
     procs.append(subprocess.Popen(
-        [sys.executable, "-m", "gemma_grpo.commands.cli", *args, *(extra_args or {}).get(rank, []),
-         "--coordinator", coordinator,
-         "--num-processes", str(num_processes), "--process-id", str(rank)],
-        cwd=REPO, env=proc_env, stdout=open(logdir / f"p{rank}.out", "w"),
-        stderr=open(logdir / f"p{rank}.err", "w"), text=True))
+        [sys.executable, "-m", "gemma_grpo.commands.cli", *argv], cwd=REPO,
+        env={**cli_env(devices), **(env or {})}, stdout=open(out, "w"), stderr=open(err, "w"),
+        text=True))
   return procs
 
 

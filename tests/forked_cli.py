@@ -115,3 +115,34 @@ def run(argv: list[str] | None = None, *, code: str | None = None, cwd: str,
     stdout, stderr = out.read(), err.read()
   status = proc.exitcode  # -N when killed by signal N, as subprocess reports it
   return subprocess.CompletedProcess(shown, status, stdout, stderr)
+
+
+class Started:
+  """A CLI run started by `start`: the parts of subprocess.Popen the tests use."""
+
+  def __init__(self, process, shown: list[str]):
+    self._process, self._shown = process, shown
+    self.pid = process.pid
+
+  def poll(self) -> int | None:
+    return self._process.exitcode
+
+  def wait(self, timeout: float | None = None) -> int:
+    self._process.join(timeout)
+    if self._process.exitcode is None:
+      raise subprocess.TimeoutExpired(self._shown, timeout)
+    return self._process.exitcode
+
+  def kill(self) -> None:
+    self._process.kill()
+
+  def send_signal(self, sig: int) -> None:
+    os.kill(self.pid, sig)
+
+
+def start(argv: list[str], *, cwd: str, env: dict[str, str], out_path: str,
+          err_path: str) -> Started:
+  """Starts the CLI with `argv` in a forked process and returns at once, like Popen."""
+  proc = _fork_context().Process(target=_child, args=(argv, None, cwd, env, out_path, err_path))
+  proc.start()
+  return Started(proc, ["gemma-grpo", *argv])
