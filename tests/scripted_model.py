@@ -4,15 +4,15 @@ The tiny random model of configs/tiny.py almost never writes a tool call, and
 the real 270M writes them but compiles for minutes in each process of a
 two-process run. This model is the tiny one (same shapes) plus a lookup in its
 first MLP that makes each token of one short script predict the next, so that
-after the chat prompt's final "\\n" a completion samples, with equal odds:
+after the chat prompt's final "\\n" every completion calls the tool, and samples
+which call, at odds of about 4 to 1 (52 and 12 of 64 samples at temperature 0.9):
 
-  nothing (<end_of_turn>);
   <tool_call>calculator: 6*7</tool_call>   (the tool answers 42);
   <tool_call>calculator: 6/</tool_call>    (the tool answers an error);
 
-and after a tool result it repeats "calculator: 6*7</tool_call>" (not a call:
-no opening tag) until its token budget. Everything else about it is random,
-so every weight still gets gradients.
+then, after the result, it repeats "calculator: 6*7</tool_call>" (a malformed
+call: no opening tag, answered with an error) until its token budget.
+Everything else about it is random, so every weight still gets gradients.
 
 How the lookup works: each script token k owns a basis direction u_k of the
 embedding space; its embedding is SCALE * u_k, far larger than the random
@@ -33,18 +33,21 @@ from safetensors.numpy import save_file
 
 from configs import tiny
 
-NEWLINE, END_OF_TURN = 107, 106
+NEWLINE = 107
 LT, TOOL, UNDERSCORE, CALL, GT = 236820, 13205, 236779, 6639, 236813
 CALCULATOR, COLON, SPACE, SIX, TIMES, SEVEN, CLOSE, DIVIDE_CLOSE = (
     47552, 236787, 236743, 236825, 236829, 236832, 954, 102268)
 
-# token -> the tokens it predicts, with equal odds
+# token -> the tokens it predicts, each with the weight of its direction in
+# the MLP's write (0.99 made the odds 31 to 1; 0.998, 4 to 1)
 SUCCESSORS = {
-    NEWLINE: (LT, END_OF_TURN),
-    LT: (TOOL,), TOOL: (UNDERSCORE,), UNDERSCORE: (CALL,), CALL: (GT,),
-    GT: (CALCULATOR,), CALCULATOR: (COLON,), COLON: (SPACE,), SPACE: (SIX,),
-    SIX: (TIMES, DIVIDE_CLOSE), TIMES: (SEVEN,), SEVEN: (CLOSE,),
-    CLOSE: (TOOL,), DIVIDE_CLOSE: (TOOL,),
+    NEWLINE: ((LT, 1.0),),
+    LT: ((TOOL, 1.0),), TOOL: ((UNDERSCORE, 1.0),), UNDERSCORE: ((CALL, 1.0),),
+    CALL: ((GT, 1.0),), GT: ((CALCULATOR, 1.0),), CALCULATOR: ((COLON, 1.0),),
+    COLON: ((SPACE, 1.0),), SPACE: ((SIX, 1.0),),
+    SIX: ((TIMES, 1.0), (DIVIDE_CLOSE, 0.998)),
+    TIMES: ((SEVEN, 1.0),), SEVEN: ((CLOSE, 1.0),), CLOSE: ((TOOL, 1.0),),
+    DIVIDE_CLOSE: ((TOOL, 1.0),),
 }
 SCALE = 20.0
 
@@ -72,7 +75,7 @@ def _tensors(r, seed: int) -> dict[str, np.ndarray]:
   def normal(*shape, fan_in):
     return (rng.standard_normal(shape) * fan_in ** -0.5).astype(np.float32)
 
-  script = sorted({*SUCCESSORS, *(s for nxt in SUCCESSORS.values() for s in nxt)})
+  script = sorted({*SUCCESSORS, *(s for nxt in SUCCESSORS.values() for s, _ in nxt)})
   axis = {token: i for i, token in enumerate(script)}  # token -> its basis direction
   assert len(script) <= d and len(SUCCESSORS) <= f
 
@@ -89,8 +92,8 @@ def _tensors(r, seed: int) -> dict[str, np.ndarray]:
         gate[unit], up[unit], down[:, unit] = 0.0, 0.0, 0.0
         gate[unit, axis[token]] = 10.0
         up[unit, axis[token]] = 1.0
-        for s in successors:
-          down[axis[s], unit] = 1.0
+        for s, weight in successors:
+          down[axis[s], unit] = weight
       post_mlp[:len(script)] = 4 * SCALE - 1  # norm scale is 1 + w
     out.update({
         f"{p}self_attn.q_proj.weight": normal(r.num_heads * h, d, fan_in=d),

@@ -265,11 +265,14 @@ def test_an_engine_without_tools_takes_no_turns(tiny_model):
 
 # --- From the command line, with a tiny model that calls the calculator -----------
 
-# tests/scripted_model.py: the tiny model plus a planted script, so that its
-# completions make good, failed and malformed calls, or none, by sampling.
+# tests/scripted_model.py: the tiny model plus a planted script, so that each
+# completion calls the calculator, well or not (sampled), then malformed calls.
 TOOL_RUN = ["train", "--config", "configs/tiny.py", "--config.rollout.tools=calculator",
             "--config.rewards.weights.tool_errors=1.0", "--config.train.max_steps=1",
-            "--config.train.batch_size=4", "--config.rollout.max_new_tokens=48",
+            "--config.train.batch_size=4", "--config.grpo.num_generations=4",
+            # Rewards that tell the two calls' texts apart, so that groups have advantages.
+            "--config.rewards.custom=tests.toy_rewards:vowel_share",
+            "--config.rollout.max_new_tokens=48",
             "--config.rollout.kv_cache_size=240", "--config.eval.every_steps=1",
             "--config.eval.max_new_tokens=48", "--config.mesh.fsdp=2", "--config.mesh.tp=1"]
 
@@ -296,8 +299,9 @@ def one_process_tool_run(calling_model, tmp_path_factory):
 @pytest.mark.slow
 def test_a_run_with_tools_trains_evaluates_and_reports_them(one_process_tool_run, tmp_path):
   row = _rows(one_process_tool_run)[1]
-  assert row["tools/train/calls_per_completion"] > 0.5  # the loop ran, on most rows
+  assert row["tools/train/calls_per_completion"] > 1  # every row calls, most twice
   assert 0 < row["tools/train/failed_frac"] < 1  # good calls and failed ones
+  assert row["diagnostics/train/zero_std_frac"] < 1  # some group has advantages
   assert row["rewards/train/tool_errors"] < 0
   assert row["eval/tool_use_rate"] > 0  # the in-training eval used the tool too
   run_cli(["eval", "--workdir", str(one_process_tool_run), "--num-test", "2",
@@ -326,17 +330,20 @@ def test_a_tool_that_cannot_be_loaded_stops_train_in_one_line(tmp_path):
 def test_two_processes_call_the_tools_as_one_process_does(one_process_tool_run, calling_model,
                                                          tmp_path):
   """Each process runs the tool loop over its own rows; the step and its eval
-  equal one process's with two devices: rewards, calls, lengths and the loss."""
+  equal one process's with two devices: rewards, calls, lengths, the loss and
+  its gradient's norm."""
   procs = start_processes([*TOOL_RUN, f"--config.model.source={calling_model}",
                            "--workdir", str(tmp_path / "two")], devices=1,
                           logdir=tmp_path / "logs")
   codes = wait_all(procs, timeout=900)
   assert codes == [0, 0], [(tmp_path / "logs" / f"p{r}.err").read_text()[-3000:] for r in (0, 1)]
   single, double = _rows(one_process_tool_run)[1], _rows(tmp_path / "two")[1]
-  assert single["tools/train/calls_per_completion"] > 0.5
+  assert single["tools/train/calls_per_completion"] > 1
+  assert single["diagnostics/train/zero_std_frac"] < 1
   for key in ("rewards/train/sum", "tools/train/calls_per_completion",
               "tools/train/failed_per_completion", "tools/train/turns_mean",
               "completions/train/mean_length", "eval/tool_use_rate"):
     assert double[key] == single[key], key
-  for key in ("actor/train/loss", "actor/train/kl"):
+  assert single["actor/train/grad_norm"] > 0  # the advantages reached the weights
+  for key in ("actor/train/loss", "actor/train/kl", "actor/train/grad_norm"):
     assert double[key] == pytest.approx(single[key], rel=1e-4, abs=1e-7), key
