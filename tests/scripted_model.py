@@ -5,7 +5,9 @@ the real 270M writes them but compiles for minutes in each process of a
 two-process run. This model is the tiny one (same shapes) plus a lookup in its
 first MLP that makes each token of one short script predict the next, so that
 after the chat prompt's final "\\n" every completion calls the tool, and samples
-which call, at odds of about 4 to 1 (52 and 12 of 64 samples at temperature 0.9):
+which call, at odds of about 4 to 1 (52 and 12 of 64 samples at temperature
+0.9, from `gemma-grpo eval --config configs/tiny.py --model DIR --num-test 8
+--num-samples 8 --max-new-tokens 48 --config.rollout.tools=calculator`):
 
   <tool_call>calculator: 6*7</tool_call>   (the tool answers 42);
   <tool_call>calculator: 6/</tool_call>    (the tool answers an error);
@@ -19,7 +21,7 @@ embedding space; its embedding is SCALE * u_k, far larger than the random
 rows. MLP unit k of layer 0 fires only on u_k (its gate and up rows read
 u_k) and writes the sum of u_s over k's successors s; a large post-MLP norm
 scale on the script directions makes that write dominate the residual, so the
-tied LM head ranks the successors first, tied with each other.
+tied LM head ranks the successors first, in the order of their weights.
 """
 
 from __future__ import annotations
