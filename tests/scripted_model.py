@@ -34,6 +34,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from configs import tiny
+from gemma_grpo.model import model_loading
 
 NEWLINE = 107
 LT, TOOL, UNDERSCORE, CALL, GT = 236820, 13205, 236779, 6639, 236813
@@ -55,19 +56,9 @@ SCALE = 20.0
 
 
 def _hf_config(r) -> dict:
-  return {
-      "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
-      "vocab_size": r.vocab_size, "hidden_size": r.embed_dim,
-      "intermediate_size": r.hidden_dim, "num_hidden_layers": r.num_layers,
-      "num_attention_heads": r.num_heads, "num_key_value_heads": r.num_kv_heads,
-      "head_dim": r.head_dim, "sliding_window": r.sliding_window,
-      "query_pre_attn_scalar": r.head_dim, "hidden_activation": "gelu_pytorch_tanh",
-      "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "bos_token_id": 2,
-      "eos_token_id": 1, "pad_token_id": 0,
-      "rope_parameters": {
-          "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
-          "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0}},
-  }
+  """The tiny random model's config, as a checkpoint's config.json."""
+  return {**model_loading.random_hf_config(r), "architectures": ["Gemma3ForCausalLM"],
+          "model_type": "gemma3_text", "tie_word_embeddings": True}
 
 
 def _tensors(r, seed: int) -> dict[str, np.ndarray]:
