@@ -88,8 +88,8 @@ def run_cli(args: list[str], *, devices: int = 1, timeout: int = 600,
   return proc
 
 
-def run_python(code: str, *, cwd: pathlib.Path, devices: int = 1,
-               timeout: int = 600) -> subprocess.CompletedProcess:
+def run_python(code: str, *, cwd: pathlib.Path, devices: int = 1, timeout: int = 600,
+               check: bool = True) -> subprocess.CompletedProcess:
   """Runs `python -c CODE` in `cwd`, as a user's script or notebook would."""
   env = cli_env(devices)
   env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -98,7 +98,7 @@ def run_python(code: str, *, cwd: pathlib.Path, devices: int = 1,
   else:
     proc = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout, check=False)
-  if proc.returncode != 0:
+  if check and proc.returncode != 0:
     raise AssertionError(f"python -c exited {proc.returncode}\n--- stdout ---\n"
                          f"{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-6000:]}")
   return proc
@@ -117,6 +117,16 @@ LONGEST_FIRST = ("two processes", "test_learner.py", "test_export.py", "test_mul
 
 def _work_unit(file_name: str) -> str:
   return "two processes" if file_name in TWO_PROCESS_FILES else file_name
+
+
+def pytest_collection_finish(session):
+  """Exempts the collected modules (JAX, Tunix, ...) from garbage collection, as
+  the commands do (commands.command.freeze_loaded_modules): Tunix forces full
+  collections, and each would walk them all."""
+  del session
+  import gc  # pylint: disable=g-import-not-at-top
+
+  gc.freeze()
 
 
 def pytest_collection_modifyitems(items):
@@ -149,14 +159,24 @@ def pytest_xdist_make_scheduler(config, log):
 def tiny_run(tmp_path_factory) -> pathlib.Path:
   """A work directory holding a finished 2-step run of configs/tiny.py.
 
-  Shared by every test that needs a trained policy; treat it as read-only
-  (copy it before resuming or corrupting it).
+  Shared by every test that needs a trained policy, in every xdist worker
+  (the first to ask trains it, under a lock); treat it as read-only (copy it
+  before resuming or corrupting it).
   """
-  workdir = tmp_path_factory.mktemp("tiny_run") / "run"
-  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir), *LEARNING])
-  # Its console, beside (not in) the work directory, for tests of what a user reads.
-  (workdir.parent / "stdout.txt").write_text(proc.stdout)
-  (workdir.parent / "stderr.txt").write_text(proc.stderr)
+  import fcntl  # pylint: disable=g-import-not-at-top
+
+  base = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    base = base.parent  # the session's directory, above each worker's
+  workdir = base / "tiny_run" / "run"
+  workdir.parent.mkdir(exist_ok=True)
+  with open(base / "tiny_run.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not (workdir.parent / "stderr.txt").exists():
+      proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir), *LEARNING])
+      # Its console, beside (not in) the work directory, for tests of what a user reads.
+      (workdir.parent / "stdout.txt").write_text(proc.stdout)
+      (workdir.parent / "stderr.txt").write_text(proc.stderr)
   return workdir
 
 

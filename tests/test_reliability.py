@@ -20,7 +20,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import LEARNING, REPO, cli_env, run_cli
+from conftest import FORK, LEARNING, REPO, cli_env, run_cli, run_python
 from gemma_grpo.runtime import checkpoints
 from gemma_grpo.commands import command
 from gemma_grpo import errors
@@ -306,12 +306,19 @@ COMPARED_PREFIXES = ("rewards/", "completions/", "diagnostics/", "actor/train/lo
                      "actor/train/learning_rate")
 
 
-def start(args, workdir: pathlib.Path, env=None) -> subprocess.Popen:
+def start(args, workdir: pathlib.Path, env=None):
+  """`gemma-grpo train ARGS` in the background: forked as run_cli's runs are, unless `env` is given."""
   workdir.parent.mkdir(parents=True, exist_ok=True)
-  out = open(workdir.parent / f"{workdir.name}.out", "w")
-  err = open(workdir.parent / f"{workdir.name}.err", "w")
-  return subprocess.Popen([sys.executable, "-m", "gemma_grpo.commands.cli", "train", *args, "--workdir", str(workdir)],
-                          cwd=REPO, env=env or cli_env(1), stdout=out, stderr=err, text=True)
+  argv = ["train", *args, "--workdir", str(workdir)]
+  out, err = (workdir.parent / f"{workdir.name}.{stream}" for stream in ("out", "err"))
+  if env is None and FORK:
+    import forked_cli  # pylint: disable=g-import-not-at-top
+
+    return forked_cli.start(argv, cwd=str(REPO), env=cli_env(1), out_path=str(out),
+                            err_path=str(err))
+  return subprocess.Popen([sys.executable, "-m", "gemma_grpo.commands.cli", *argv], cwd=REPO,
+                          env=env or cli_env(1), stdout=open(out, "w"), stderr=open(err, "w"),
+                          text=True)
 
 
 def outputs(workdir: pathlib.Path) -> tuple[str, str]:
@@ -459,10 +466,9 @@ def damaged_then_nan(tiny_run, tmp_path_factory):
   biggest = max(chunks, key=lambda p: p.stat().st_size)
   biggest.write_bytes(biggest.read_bytes()[:100])
   files = sorted(str(p.relative_to(step2)) for p in step2.rglob("*"))
-  proc = subprocess.run(
-      [sys.executable, "-c", NAN_RUNNER, *TINY, "--workdir", str(workdir),
-       "--config.train.max_steps=4", "--config.optim.peak_lr=0.05"],
-      cwd=REPO, env=cli_env(1), capture_output=True, text=True, timeout=600, check=False)
+  args = [*TINY, "--workdir", str(workdir), "--config.train.max_steps=4",
+          "--config.optim.peak_lr=0.05"]
+  proc = run_python(f"import sys\nsys.argv[1:] = {args!r}\n{NAN_RUNNER}", cwd=REPO, check=False)
   return dict(workdir=workdir, proc=proc, damaged_files=files)
 
 

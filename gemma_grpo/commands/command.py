@@ -14,6 +14,7 @@ resume.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import pathlib
 import signal
@@ -35,6 +36,18 @@ from gemma_grpo.tasks import rewards
 EXIT_NONFINITE = endings.EXIT_NONFINITE
 EXIT_REWARD_FUNCTION = endings.EXIT_REWARD_FUNCTION
 stopped = endings.stopped
+
+
+def freeze_loaded_modules() -> None:
+  """Exempts what is loaded so far (JAX, Tunix and the rest) from garbage collection.
+
+  A full collection walks every tracked object, about 600,000 once those
+  libraries are in (0.3 s each on a 2-core CPU), and Tunix forces one when it
+  builds the RL cluster and when it reports memory; frozen, they take
+  milliseconds. The frozen objects are modules and what they hold for the
+  life of the process.
+  """
+  gc.freeze()
 
 
 def default_workdir(config_path: str) -> str:

@@ -41,6 +41,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   # JAX and Tunix load only now, once the config is known to be good.
   from gemma_grpo.rl import sft as sft_lib  # pylint: disable=g-import-not-at-top
 
+  command.freeze_loaded_modules()
   return sft_lib.sft(c, workdir)
 
 

@@ -37,6 +37,7 @@ def train(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> int:
   # JAX and Tunix load only now, once the config is known to be good.
   from gemma_grpo.rl import training_run  # pylint: disable=g-import-not-at-top
 
+  command.freeze_loaded_modules()
   return training_run.train(c, workdir)
 
 
