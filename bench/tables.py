@@ -85,9 +85,7 @@ def accuracy(results: pathlib.Path) -> str:
     start, end = _evals(run)[0], _evals(run)[-1]
     base, grpo = _samples(start), _samples(end)
     questions = sorted({s["question"] for s in base})
-    diff, low, high = scoring.paired_bootstrap(
-        [scoring.per_problem_accuracy(base)[q] for q in questions],
-        [scoring.per_problem_accuracy(grpo)[q] for q in questions])
+    diff, low, high = _paired(base, grpo)
     wall = json.loads((run / "wall_time.json").read_text())["seconds"] / 60
     seed = run.name.split("_")[1]
     for label, directory, samples in (("base (step 0)", start, base),
@@ -102,12 +100,17 @@ def accuracy(results: pathlib.Path) -> str:
   return "\n".join(lines)
 
 
+def _paired(base: list[dict], new: list[dict]) -> tuple[float, float, float]:
+  """new - base accuracy over the base's problems, and its 95% paired-bootstrap interval."""
+  questions = sorted({s["question"] for s in base})
+  base_by_q, new_by_q = scoring.per_problem_accuracy(base), scoring.per_problem_accuracy(new)
+  return scoring.paired_bootstrap([base_by_q[q] for q in questions],
+                                  [new_by_q[q] for q in questions])
+
+
 def _interval(base: list[dict], new: list[dict]) -> str:
   """new - base accuracy in points with its 95% paired-bootstrap interval."""
-  questions = sorted({s["question"] for s in base})
-  diff, low, high = scoring.paired_bootstrap(
-      [scoring.per_problem_accuracy(base)[q] for q in questions],
-      [scoring.per_problem_accuracy(new)[q] for q in questions])
+  diff, low, high = _paired(base, new)
   return f"{diff * 100:+.1f} points [{low * 100:+.1f}, {high * 100:+.1f}]"
 
 
