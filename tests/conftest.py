@@ -63,17 +63,24 @@ def cli_env(devices: int = 1) -> dict[str, str]:
   return env
 
 
+# Variables the libraries read when they are called, not when they are imported
+# (gcsfs, google-cloud-storage and TensorStore find the GCS server through
+# them), so a forked run may set them.
+READ_AT_RUN_TIME = frozenset({"STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL",
+                              "GOOGLE_CLOUD_PROJECT"})
+
+
 def run_cli(args: list[str], *, devices: int = 1, timeout: int = 600,
             check: bool = True, env: dict[str, str] | None = None,
             **kwargs) -> subprocess.CompletedProcess:
   """Runs `python -m gemma_grpo.commands.cli ARGS` in the repo, capturing output.
 
   The process is forked from a server that has imported the CLI's modules
-  (tests/forked_cli.py) unless the run needs an environment of its own or
+  (tests/forked_cli.py) unless `env` sets more than READ_AT_RUN_TIME or
   GEMMA_GRPO_TEST_FORK=0; either way it is a process of its own.
   """
-  if env is None and not kwargs and FORK:
-    proc = _forked(args, cwd=REPO, env=cli_env(devices), timeout=timeout)
+  if set(env or {}) <= READ_AT_RUN_TIME and not kwargs and FORK:
+    proc = _forked(args, cwd=REPO, env={**cli_env(devices), **(env or {})}, timeout=timeout)
   else:
     proc = subprocess.run(
         [sys.executable, "-m", "gemma_grpo.commands.cli", *args],

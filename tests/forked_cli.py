@@ -9,9 +9,10 @@ backend starts, after the fork), working directory, environment, stdout,
 stderr and exit code, but none of the import time.
 
 Only runs whose environment differs from the suite's in nothing but
-XLA_FLAGS, PYTHONUNBUFFERED and PYTHONPATH (applied here to sys.path) come
-here (conftest.run_cli and run_python decide): JAX reads its other settings
-from the environment at import, which happened in the server.
+XLA_FLAGS, PYTHONUNBUFFERED, PYTHONPATH (applied here to sys.path) and
+variables read at run time (conftest.READ_AT_RUN_TIME) come here
+(conftest.run_cli and run_python decide): JAX reads its other settings from
+the environment at import, which happened in the server.
 """
 
 from __future__ import annotations
