@@ -63,28 +63,29 @@ def cli_env(devices: int = 1) -> dict[str, str]:
   return env
 
 
-# Variables the libraries read when they are called, not when they are imported
-# (gcsfs, google-cloud-storage and TensorStore find the GCS server through
-# them), so a forked run may set them.
-READ_AT_RUN_TIME = frozenset({"STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL",
-                              "GOOGLE_CLOUD_PROJECT"})
+# What a forked run's environment may add to the suite's: PYTHONPATH (the fork
+# server puts it on sys.path) and variables the libraries read when called, not
+# when imported (gcsfs, google-cloud-storage and TensorStore find the GCS server
+# through these).
+FORKABLE_ENV = frozenset({"PYTHONPATH", "STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL",
+                          "GOOGLE_CLOUD_PROJECT"})
 
 
 def run_cli(args: list[str], *, devices: int = 1, timeout: int = 600,
-            check: bool = True, env: dict[str, str] | None = None,
+            check: bool = True, env: dict[str, str] | None = None, cwd: pathlib.Path = REPO,
             **kwargs) -> subprocess.CompletedProcess:
-  """Runs `python -m gemma_grpo.commands.cli ARGS` in the repo, capturing output.
+  """Runs `python -m gemma_grpo.commands.cli ARGS` in `cwd`, capturing output.
 
   The process is forked from a server that has imported the CLI's modules
-  (tests/forked_cli.py) unless `env` sets more than READ_AT_RUN_TIME or
+  (tests/forked_cli.py) unless `env` sets more than FORKABLE_ENV or
   GEMMA_GRPO_TEST_FORK=0; either way it is a process of its own.
   """
-  if set(env or {}) <= READ_AT_RUN_TIME and not kwargs and FORK:
-    proc = _forked(args, cwd=REPO, env={**cli_env(devices), **(env or {})}, timeout=timeout)
+  if set(env or {}) <= FORKABLE_ENV and not kwargs and FORK:
+    proc = _forked(args, cwd=cwd, env={**cli_env(devices), **(env or {})}, timeout=timeout)
   else:
     proc = subprocess.run(
         [sys.executable, "-m", "gemma_grpo.commands.cli", *args],
-        cwd=REPO, env={**cli_env(devices), **(env or {})}, capture_output=True, text=True,
+        cwd=cwd, env={**cli_env(devices), **(env or {})}, capture_output=True, text=True,
         timeout=timeout, check=False, **kwargs,
     )
   if check and proc.returncode != 0:

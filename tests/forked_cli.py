@@ -10,7 +10,7 @@ stderr and exit code, but none of the import time.
 
 Only runs whose environment differs from the suite's in nothing but
 XLA_FLAGS, PYTHONUNBUFFERED, PYTHONPATH (applied here to sys.path) and
-variables read at run time (conftest.READ_AT_RUN_TIME) come here
+variables read at run time (conftest.FORKABLE_ENV) come here
 (conftest.run_cli and run_python decide): JAX reads its other settings from
 the environment at import, which happened in the server.
 """

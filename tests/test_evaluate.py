@@ -237,12 +237,9 @@ def test_eval_as_typed_after_the_first_command_compares_the_run_with_its_base(ti
   import shutil  # pylint: disable=g-import-not-at-top
 
   shutil.copytree(tiny_run, tmp_path / "runs" / "tiny")
-  proc = subprocess.run(
-      [sys.executable, "-m", "gemma_grpo.commands.cli", "eval", "--num-test", "2", "--max-new-tokens", "4"],
-      cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
-      # The run scored with tests.toy_rewards, which the eval imports again.
-      env={**cli_env(1), "PYTHONPATH": str(REPO)})
-  assert proc.returncode == 0, proc.stderr[-3000:]
+  proc = run_cli(["eval", "--num-test", "2", "--max-new-tokens", "4"], cwd=tmp_path,
+                 # The run scored with tests.toy_rewards, which the eval imports again.
+                 env={"PYTHONPATH": str(REPO)})
   assert "evaluating the most recent run, runs/tiny" in proc.stdout
   # The run's own data source (offline), the run against its base, paired.
   assert "on reasoning_gym:gsm_symbolic: 2 problems" in proc.stdout
