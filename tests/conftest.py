@@ -71,6 +71,30 @@ FORKABLE_ENV = frozenset({"PYTHONPATH", "STORAGE_EMULATOR_HOST", "TENSORSTORE_GC
                           "GOOGLE_CLOUD_PROJECT"})
 
 
+def _forks(env: dict[str, str] | None) -> bool:
+  """Whether a CLI run whose environment adds `env` forks from the import server."""
+  return FORK and set(env or {}) <= FORKABLE_ENV
+
+
+def start_cli(argv: list[str], *, out_path: pathlib.Path, err_path: pathlib.Path,
+              devices: int = 1, env: dict[str, str] | None = None):
+  """Starts `gemma-grpo ARGV` in the background, stdout and stderr to files.
+
+  Forked from the import server unless `env` adds more than FORKABLE_ENV (as
+  run_cli's runs); returns an object with Popen's pid, poll, wait, kill and
+  send_signal.
+  """
+  full_env = {**cli_env(devices), **(env or {})}
+  if _forks(env):
+    import forked_cli  # pylint: disable=g-import-not-at-top
+
+    return forked_cli.start(argv, cwd=str(REPO), env=full_env, out_path=str(out_path),
+                            err_path=str(err_path))
+  return subprocess.Popen([sys.executable, "-m", "gemma_grpo.commands.cli", *argv], cwd=REPO,
+                          env=full_env, stdout=open(out_path, "w"), stderr=open(err_path, "w"),
+                          text=True)
+
+
 def run_cli(args: list[str], *, devices: int = 1, timeout: int = 600,
             check: bool = True, env: dict[str, str] | None = None, cwd: pathlib.Path = REPO,
             **kwargs) -> subprocess.CompletedProcess:
@@ -80,7 +104,7 @@ def run_cli(args: list[str], *, devices: int = 1, timeout: int = 600,
   (tests/forked_cli.py) unless `env` sets more than FORKABLE_ENV or
   GEMMA_GRPO_TEST_FORK=0; either way it is a process of its own.
   """
-  if set(env or {}) <= FORKABLE_ENV and not kwargs and FORK:
+  if _forks(env) and not kwargs:
     proc = _forked(args, cwd=cwd, env={**cli_env(devices), **(env or {})}, timeout=timeout)
   else:
     proc = subprocess.run(
@@ -210,9 +234,9 @@ def start_processes(args: list[str], *, num_processes: int = 2, devices: int = 4
   """Starts `gemma-grpo ARGS` as the processes of one JAX runtime on localhost.
 
   Each process gets `devices` simulated CPU devices and its rank by flags;
-  its stdout and stderr go to logdir/p<rank>.{out,err}. Each is forked from
-  the server of tests/forked_cli.py when `env` adds nothing (as run_cli's
-  runs are); returns objects with Popen's poll, wait, kill and send_signal.
+  its stdout and stderr go to logdir/p<rank>.{out,err}. Each starts as
+  start_cli's runs do; returns objects with Popen's poll, wait, kill and
+  send_signal.
   """
   coordinator = f"localhost:{free_port()}"
   logdir.mkdir(parents=True, exist_ok=True)
@@ -220,17 +244,8 @@ def start_processes(args: list[str], *, num_processes: int = 2, devices: int = 4
   for rank in range(num_processes):
     argv = [*args, *(extra_args or {}).get(rank, []), "--coordinator", coordinator,
             "--num-processes", str(num_processes), "--process-id", str(rank)]
-    out, err = logdir / f"p{rank}.out", logdir / f"p{rank}.err"
-    if env is None and FORK:  # as run_cli: a process of its own, without the imports
-      import forked_cli  # pylint: disable=g-import-not-at-top
-
-      procs.append(forked_cli.start(argv, cwd=str(REPO), env=cli_env(devices),
-                                    out_path=str(out), err_path=str(err)))
-      continue
-    procs.append(subprocess.Popen(
-        [sys.executable, "-m", "gemma_grpo.commands.cli", *argv], cwd=REPO,
-        env={**cli_env(devices), **(env or {})}, stdout=open(out, "w"), stderr=open(err, "w"),
-        text=True))
+    procs.append(start_cli(argv, out_path=logdir / f"p{rank}.out",
+                           err_path=logdir / f"p{rank}.err", devices=devices, env=env))
   return procs
 
 

@@ -13,14 +13,12 @@ import pathlib
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-from conftest import FORK, LEARNING, REPO, cli_env, run_cli, run_python
+from conftest import LEARNING, REPO, run_cli, run_python, start_cli
 from gemma_grpo.runtime import checkpoints
 from gemma_grpo.commands import command
 from gemma_grpo import errors
@@ -307,18 +305,11 @@ COMPARED_PREFIXES = ("rewards/", "completions/", "diagnostics/", "actor/train/lo
 
 
 def start(args, workdir: pathlib.Path, env=None):
-  """`gemma-grpo train ARGS` in the background: forked as run_cli's runs are, unless `env` is given."""
+  """`gemma-grpo train ARGS --workdir WORKDIR` in the background (conftest.start_cli)."""
   workdir.parent.mkdir(parents=True, exist_ok=True)
-  argv = ["train", *args, "--workdir", str(workdir)]
-  out, err = (workdir.parent / f"{workdir.name}.{stream}" for stream in ("out", "err"))
-  if env is None and FORK:
-    import forked_cli  # pylint: disable=g-import-not-at-top
-
-    return forked_cli.start(argv, cwd=str(REPO), env=cli_env(1), out_path=str(out),
-                            err_path=str(err))
-  return subprocess.Popen([sys.executable, "-m", "gemma_grpo.commands.cli", *argv], cwd=REPO,
-                          env=env or cli_env(1), stdout=open(out, "w"), stderr=open(err, "w"),
-                          text=True)
+  return start_cli(["train", *args, "--workdir", str(workdir)], env=env,
+                   out_path=workdir.parent / f"{workdir.name}.out",
+                   err_path=workdir.parent / f"{workdir.name}.err")
 
 
 def outputs(workdir: pathlib.Path) -> tuple[str, str]:
@@ -339,9 +330,7 @@ def preempted(tmp_path_factory):
   """
   root = tmp_path_factory.mktemp("preempted")
   reference, resumed = root / "reference", root / "resumed"
-  env = cli_env(1)
-  env["HF_TOKEN"] = SENTINEL
-  ref_proc = start(RUN_ARGS, reference, env)
+  ref_proc = start(RUN_ARGS, reference, env={"HF_TOKEN": SENTINEL})
   proc = start(RUN_ARGS, resumed)
   # A second trainer on the same directory while the first one loads.
   lock = resumed / workdir_lock.LOCK_NAME

@@ -8,7 +8,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import time
 
 import pytest
 
