@@ -228,7 +228,16 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
-def start_processes(args: list[str], *, num_processes: int = 2, devices: int = 4,
+# Two processes, 2 simulated CPU devices each, one (fsdp=2, tp=2) mesh over all 4:
+# fsdp spans the processes, tp stays inside each. More devices per process
+# test nothing more and cost more: with 4 each, gloo steps took twice as long.
+DEVICES_PER_PROCESS = 2
+TWO_PROCESS_ARGS = ("--config", "configs/tiny.py", *LEARNING, "--config.train.batch_size=4",
+                    "--config.mesh.fsdp=2", "--config.mesh.tp=2", "--config.train.max_steps=4")
+
+
+def start_processes(args: list[str], *, num_processes: int = 2,
+                    devices: int = DEVICES_PER_PROCESS,
                     env: dict[str, str] | None = None, logdir: pathlib.Path,
                     extra_args: dict[int, list[str]] | None = None) -> list:
   """Starts `gemma-grpo ARGS` as the processes of one JAX runtime on localhost.
@@ -265,11 +274,6 @@ def wait_all(procs, timeout: float) -> list[int]:
   return codes
 
 
-# Two processes, 4 simulated CPU devices each, one (fsdp=4, tp=2) mesh over all 8.
-TWO_PROCESS_ARGS = ("--config", "configs/tiny.py", *LEARNING, "--config.train.batch_size=4",
-                    "--config.mesh.fsdp=4", "--config.mesh.tp=2", "--config.train.max_steps=4")
-
-
 @dataclasses.dataclass
 class TwoProcessRun:
   workdir: pathlib.Path
@@ -293,7 +297,7 @@ def two_processes_four_steps(tmp_path_factory) -> TwoProcessRun:
 
   root = tmp_path_factory.mktemp("two_processes")
   fake_slurm.install(root / "bin")
-  env = cli_env(4)
+  env = cli_env(DEVICES_PER_PROCESS)
   # JAX_LOG_COMPILES: each task's log names every program it compiles.
   env.update(PATH=f"{root / 'bin'}:{env['PATH']}", FAKE_SLURM_LOGS=str(root),
              FAKE_JOB_ID=str(fake_slurm.job_id_with_a_free_port()), JAX_LOG_COMPILES="1")

@@ -1,8 +1,8 @@
 """Several processes, one JAX runtime: ranks, one mesh over two processes, faults.
 
 The end-to-end tests start two real processes of `gemma-grpo train` on
-localhost, 4 simulated CPU devices each, forming one (fsdp=4, tp=2) mesh over
-all 8 devices through jax.distributed (gloo collectives).
+localhost, 2 simulated CPU devices each, forming one (fsdp=2, tp=2) mesh over
+all 4 devices through jax.distributed (gloo collectives).
 """
 
 import argparse
@@ -11,13 +11,14 @@ import time
 
 import pytest
 
-from conftest import LEARNING, TWO_PROCESS_ARGS, run_cli, start_processes, wait_all
+from conftest import (DEVICES_PER_PROCESS, LEARNING, TWO_PROCESS_ARGS, run_cli, start_processes,
+                      wait_all)
 from gemma_grpo.runtime import distributed
 from gemma_grpo import errors
 from gemma_grpo.runtime import metrics
 
 ARGS = ["train", "--config", "configs/tiny.py", *LEARNING, "--config.train.batch_size=4",
-        "--config.mesh.fsdp=4", "--config.mesh.tp=2"]
+        "--config.mesh.fsdp=2", "--config.mesh.tp=2"]
 COMPARED = ("rewards/train/sum", "actor/train/loss", "actor/train/kl",
             "actor/train/grad_norm", "completions/train/mean_length")
 
@@ -80,7 +81,8 @@ def _read(logdir, rank, stream):
 @pytest.fixture(scope="module")
 def one_process_four_steps(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("one") / "run"
-  run_cli(["train", *TWO_PROCESS_ARGS, "--workdir", str(workdir)], devices=8)
+  run_cli(["train", *TWO_PROCESS_ARGS, "--workdir", str(workdir)],
+          devices=2 * DEVICES_PER_PROCESS)
   return _rows(workdir)
 
 
@@ -103,7 +105,7 @@ def test_two_processes_train_one_mesh_like_one_process(two_processes_four_steps,
   lines = (workdir / "tensorboard" / "metrics.jsonl").read_text().splitlines()
   assert sorted(json.loads(line)["step"] for line in lines) == [1, 2, 3, 4]
   assert "Plots:" in errs[0] and "Plots:" not in errs[1]
-  assert json.loads((workdir / "config.json").read_text())["mesh"] == {"fsdp": 4, "tp": 2}
+  assert json.loads((workdir / "config.json").read_text())["mesh"] == {"fsdp": 2, "tp": 2}
 
   two = _rows(workdir)
   assert sorted(two) == sorted(one_process_four_steps) == [1, 2, 3, 4]
@@ -187,7 +189,7 @@ def test_a_process_count_that_does_not_divide_the_mesh_is_one_line(tmp_path):
   codes = wait_all(start_processes(args, logdir=tmp_path), timeout=120)
   assert codes == [2, 2] or 2 in codes
   err = _read(tmp_path, 0, "err")
-  assert "error: mesh.fsdp=3 x mesh.tp=1 does not fill the 8 available devices" in err
+  assert "error: mesh.fsdp=3 x mesh.tp=1 does not fill the 4 available devices" in err
   assert "Traceback" not in err
 
 

@@ -3,8 +3,8 @@
 Dry runs check the commands; the SLURM path runs for real in conftest's
 `two_processes_four_steps`: a fake `sbatch` runs the batch script and a fake
 `srun` starts its tasks as local processes with the variables SLURM gives each
-task (tests/fake_slurm.py), so JAX's own SLURM detection joins them (4
-simulated CPU devices each, one fsdp=4 tp=2 mesh).
+task (tests/fake_slurm.py), so JAX's own SLURM detection joins them (2
+simulated CPU devices each, one fsdp=2 tp=2 mesh).
 """
 
 import os
@@ -76,9 +76,9 @@ def test_a_slurm_job_of_two_tasks_trains_one_mesh(two_processes_four_steps):
   run = two_processes_four_steps  # launched by conftest through `gpu_cluster.sh slurm`
   assert "Submitted batch job" in run.launcher.stdout
   assert run.srun_args[:3] == [sys.executable, "-m", "gemma_grpo.train"]
-  # JAX found both tasks through SLURM's variables: one mesh over 8 devices.
+  # JAX found both tasks through SLURM's variables: one mesh over 4 devices.
   for rank, log in enumerate(run.logs):
-    assert (f"jax.distributed: process {rank} of 2 (rank from cluster), 8 devices, 4 of them"
+    assert (f"jax.distributed: process {rank} of 2 (rank from cluster), 4 devices, 2 of them"
             " here") in log, log[-2000:]
   rows = metrics.read_jsonl(run.workdir / "tensorboard" / "metrics.jsonl")
   assert [row["step"] for row in rows] == [1, 2, 3, 4]
