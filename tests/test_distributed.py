@@ -159,7 +159,9 @@ def test_a_killed_process_stops_the_other_within_the_bound(tmp_path):
 
 @pytest.mark.slow
 def test_a_reward_raising_in_one_process_stops_both_in_one_line(tmp_path):
-  args = [*ARGS, "--workdir", str(tmp_path / "run"), "--config.train.max_steps=50",
+  # It fails in step 1's rewards: the fixture's 4 steps, so process 0 finds
+  # every program in the compilation cache.
+  args = [*ARGS, "--workdir", str(tmp_path / "run"), "--config.train.max_steps=4",
           "--config.rewards.custom=tests.toy_rewards:fails_in_process_1"]
   procs = start_processes(args, logdir=tmp_path)
   codes = wait_all(procs, timeout=300)
