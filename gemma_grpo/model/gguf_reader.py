@@ -18,13 +18,14 @@ from typing import Any
 import gguf
 import numpy as np
 
-_MAGIC = b"GGUF"
+_MAGIC = gguf.GGUF_MAGIC.to_bytes(4, "little")  # b"GGUF"
 _VERSIONS = (2, 3)
-_DEFAULT_ALIGNMENT = 32
-_STRING, _ARRAY = 8, 9  # gguf.GGUFValueType.STRING, .ARRAY
+_STRING, _ARRAY = gguf.GGUFValueType.STRING, gguf.GGUFValueType.ARRAY
+_T = gguf.GGUFValueType
 # The other value types: little-endian struct formats.
-_SCALAR_FORMATS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
-                   10: "<Q", 11: "<q", 12: "<d"}
+_SCALAR_FORMATS = {_T.UINT8: "<B", _T.INT8: "<b", _T.UINT16: "<H", _T.INT16: "<h",
+                   _T.UINT32: "<I", _T.INT32: "<i", _T.FLOAT32: "<f", _T.BOOL: "<?",
+                   _T.UINT64: "<Q", _T.INT64: "<q", _T.FLOAT64: "<d"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +101,7 @@ def read(path: str | os.PathLike) -> GGUFContents:
     shape = cursor.unpack(f"<{n_dims}Q")
     kind, offset = cursor.unpack("<IQ")
     infos.append((name, gguf.GGMLQuantizationType(kind), shape, offset))
-  alignment = metadata.get("general.alignment", _DEFAULT_ALIGNMENT)
+  alignment = metadata.get("general.alignment", gguf.GGUF_DEFAULT_ALIGNMENT)
   data_start = -(-cursor.pos // alignment) * alignment
   tensors = []
   for name, kind, shape, offset in infos:
