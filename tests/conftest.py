@@ -11,7 +11,22 @@ import pathlib
 import subprocess
 import sys
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# The suite compiles far more programs than it runs steps of, and at LLVM's -O0
+# XLA's CPU compiler takes about half the time while the tiny models' steps,
+# whose time is in library matmuls, run as fast (docs/results/suite_time.txt,
+# 2026-12-06 stop 55). Every process a test starts gets the same flags, so runs compared
+# bit for bit are compiled alike; GEMMA_GRPO_TEST_XLA_OPT=default compiles as
+# users do.
+XLA_OPT = ("" if os.environ.get("GEMMA_GRPO_TEST_XLA_OPT") == "default"
+           else " --xla_backend_optimization_level=0")
+
+
+def xla_flags(devices: int) -> str:
+  """XLA_FLAGS for a test process with `devices` simulated CPU devices."""
+  return f"--xla_force_host_platform_device_count={devices}{XLA_OPT}"
+
+
+os.environ.setdefault("XLA_FLAGS", xla_flags(8))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Compiled programs are shared by every test and CLI subprocess of a session.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.expanduser("~/.cache/gemma_grpo/xla"))
@@ -58,7 +73,7 @@ def _forked(args=None, *, code=None, cwd, env, timeout) -> subprocess.CompletedP
 
 def cli_env(devices: int = 1) -> dict[str, str]:
   env = dict(os.environ)
-  env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+  env["XLA_FLAGS"] = xla_flags(devices)
   env["PYTHONUNBUFFERED"] = "1"
   return env
 

@@ -8,7 +8,7 @@ HOME, a metadata server (a fake `curl` answering agent-worker-number and
 worker-network-endpoints), and its rank for jax.distributed. On a real TPU VM
 JAX reads the rank from the metadata server, which needs TPU hardware; here
 the worker gets it as JAX_COORDINATOR_ADDRESS/JAX_NUM_PROCESSES/JAX_PROCESS_ID,
-and 2 simulated CPU devices. The "image" has this test's Python with every
+and the simulated CPU devices of FAKE_XLA_FLAGS. The "image" has this test's Python with every
 dependency: a fake `uv venv` makes a virtualenv whose python is that one and
 whose `pip install` is recorded, not run (there is no network, and no TPU for
 jax[tpu]). `describe` reports the VM's state, `delete` kills its processes and
@@ -161,7 +161,7 @@ def ssh(args):
         HOME=_home(worker), PATH=f"{IMAGE_BIN}:{os.environ['PATH']}", FAKE_WORKER=str(worker),
         JAX_COORDINATOR_ADDRESS=f"localhost:{_read('port')}",
         JAX_NUM_PROCESSES=str(WORKERS), JAX_PROCESS_ID=str(worker),
-        XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+        XLA_FLAGS=os.environ["FAKE_XLA_FLAGS"], JAX_PLATFORMS="cpu")
     procs.append(subprocess.Popen(["bash", "-c", command], env=env, cwd=_home(worker),
                                   start_new_session=True))
   _write("sessions", " ".join(str(s) for s in _sessions() + [p.pid for p in procs]))

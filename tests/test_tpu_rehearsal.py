@@ -19,7 +19,7 @@ import time
 from etils import epath
 import pytest
 
-from conftest import REPO, TWO_PROCESS_ARGS
+from conftest import DEVICES_PER_PROCESS, REPO, TWO_PROCESS_ARGS, xla_flags
 from gemma_grpo.runtime import metrics
 
 SCRIPT = REPO / "launch" / "tpu_vm.sh"
@@ -46,6 +46,7 @@ class Cloud:
     self.env = {**gcs_env, "PATH": f"{self.bin}:/usr/bin:/bin", "HOME": str(tmp),
                 "TMPDIR": str(tmp), "FAKE_CLOUD": str(self.state), "REPO_DIR": str(REPO),
                 "POLL_SECONDS": "1", "PYTHONUNBUFFERED": "1",
+                "FAKE_XLA_FLAGS": xla_flags(DEVICES_PER_PROCESS),
                 "JAX_COMPILATION_CACHE_DIR": str(pathlib.Path.home() / ".cache/gemma_grpo/xla")}
 
   def launch(self, *args, timeout=900):
