@@ -38,6 +38,8 @@ PRELOAD = [
     # What the commands import once the config is checked: transformers alone takes seconds.
     "gemma_grpo.rl.training_run", "gemma_grpo.rl.sft", "gemma_grpo.rl.evaluation",
     "gemma_grpo.model.hf_export", "gemma_grpo.runtime.curves",
+    # Not an import only: parses the offline tokenizer that most runs load.
+    "forked_cli_tokenizer",
 ]
 
 _context = None

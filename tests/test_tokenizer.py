@@ -92,6 +92,22 @@ def test_sentencepiece_model_is_accepted(tmp_path):
   assert tok.encode("ab")[0] == 2 and tok.decode(tok.encode("ab", add_bos=False)) == "ab"
 
 
+def test_a_tokenizer_is_parsed_once_until_its_files_change(offline_270m_dir, tmp_path):
+  assert tokenizer_lib.load(offline_270m_dir) is tokenizer_lib.load(str(offline_270m_dir))
+  copy = tmp_path / "copy"
+  copy.mkdir()
+  for name in ("tokenizer.json", "tokenizer_config.json"):
+    (copy / name).write_bytes((offline_270m_dir / name).read_bytes())
+  first = tokenizer_lib.load(copy)
+  assert first is not tokenizer_lib.load(offline_270m_dir)  # another file, parsed anew
+  assert first is tokenizer_lib.load(copy)
+  config = copy / "tokenizer_config.json"
+  # One byte longer: a rewrite within the file system's clock tick keeps the time.
+  config.write_text(config.read_text().replace('"pad_token": "<pad>"', '"pad_token":  "<eos>"'))
+  changed = tokenizer_lib.load(copy)
+  assert changed is not first and changed.pad_id() == 1 and first.pad_id() == 0
+
+
 def test_missing_tokenizer_is_a_user_error(tmp_path):
   with pytest.raises(errors.UserError, match="no tokenizer"):
     tokenizer_lib.load(tmp_path)

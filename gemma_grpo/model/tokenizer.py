@@ -111,16 +111,45 @@ def _special_token_names(directory: pathlib.Path) -> dict[str, str]:
   return names
 
 
+# Parsed tokenizers by their files' identity. Gemma's tokenizer.json (262,144
+# pieces) takes about a second to parse, and one process may load the same one
+# several times: a notebook that trains, evaluates and exports, or the test
+# suite's fork server, which parses it once for every run forked from it.
+_LOADED: dict[tuple, Tokenizer] = {}
+_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+
+
+def _identity(directory: pathlib.Path) -> tuple:
+  """The files a tokenizer is read from, with their size and change time."""
+  ids = []
+  for name in _FILES:
+    path = directory / name
+    if path.exists():
+      stat = path.stat()
+      ids.append((str(path.resolve()), stat.st_size, stat.st_mtime_ns))
+  return tuple(ids)
+
+
 def load(directory: str | pathlib.Path) -> Tokenizer:
-  """The tokenizer in `directory`: tokenizer.json, else tokenizer.model."""
+  """The tokenizer in `directory`: tokenizer.json, else tokenizer.model.
+
+  Parsed once per process while its files stay unchanged; tokenizers are
+  read-only after loading, so the same object is returned to every caller.
+  """
   directory = pathlib.Path(directory)
+  key = _identity(directory)
+  if key in _LOADED:
+    return _LOADED[key]
   if (directory / "tokenizer.json").exists():
-    return JsonTokenizer(directory)
-  if (directory / "tokenizer.model").exists():
-    return SentencePieceTokenizer(directory / "tokenizer.model")
-  raise errors.UserError(
-      f"model: no tokenizer in {directory} (expected tokenizer.json or tokenizer.model)"
-  )
+    tok = JsonTokenizer(directory)
+  elif (directory / "tokenizer.model").exists():
+    tok = SentencePieceTokenizer(directory / "tokenizer.model")
+  else:
+    raise errors.UserError(
+        f"model: no tokenizer in {directory} (expected tokenizer.json or tokenizer.model)"
+    )
+  _LOADED[key] = tok
+  return tok
 
 
 def stop_token_ids(tok: Tokenizer) -> list[int]:
