@@ -202,29 +202,50 @@ def pytest_xdist_make_scheduler(config, log):
   return FileScheduling(config, log)
 
 
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory) -> pathlib.Path:
-  """A work directory holding a finished 2-step run of configs/tiny.py.
+def _session_run(tmp_path_factory, name: str, args: list[str], devices: int = 1) -> pathlib.Path:
+  """The work directory of `gemma-grpo train ARGS`, trained once per session.
 
-  Shared by every test that needs a trained policy, in every xdist worker
-  (the first to ask trains it, under a lock); treat it as read-only (copy it
-  before resuming or corrupting it).
+  Every xdist worker gets the same run: the first to ask trains it, under a
+  lock, and keeps its console beside (not in) the work directory.
   """
   import fcntl  # pylint: disable=g-import-not-at-top
 
   base = tmp_path_factory.getbasetemp()
   if os.environ.get("PYTEST_XDIST_WORKER"):
     base = base.parent  # the session's directory, above each worker's
-  workdir = base / "tiny_run" / "run"
+  workdir = base / name / "run"
   workdir.parent.mkdir(exist_ok=True)
-  with open(base / "tiny_run.lock", "w") as lock:
+  with open(base / f"{name}.lock", "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     if not (workdir.parent / "stderr.txt").exists():
-      proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir), *LEARNING])
-      # Its console, beside (not in) the work directory, for tests of what a user reads.
+      proc = run_cli(["train", *args, "--workdir", str(workdir)], devices=devices)
       (workdir.parent / "stdout.txt").write_text(proc.stdout)
       (workdir.parent / "stderr.txt").write_text(proc.stderr)
   return workdir
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> pathlib.Path:
+  """A work directory holding a finished 2-step run of configs/tiny.py.
+
+  Shared by every test that needs a trained policy, in every xdist worker;
+  treat it as read-only (copy it before resuming or corrupting it).
+  """
+  return _session_run(tmp_path_factory, "tiny_run", ["--config", "configs/tiny.py", *LEARNING])
+
+
+# 4 prompts x 2 completions, so the batch splits evenly over every fsdp size
+# tested, at a constant rate, so that a run's first steps do not depend on its
+# max_steps: sharded and multi-process runs are compared with one_device_run
+# over its 2 steps (tests/test_mesh.py, tests/test_distributed.py).
+BATCH_OF_4 = ("--config", "configs/tiny.py", *LEARNING, "--config.train.batch_size=4",
+              "--config.optim.warmup_fraction=0", "--config.optim.end_lr=0.05")
+
+
+@pytest.fixture(scope="session")
+def one_device_run(tmp_path_factory) -> pathlib.Path:
+  """A finished 2-step run of BATCH_OF_4 on one device, read-only, shared."""
+  return _session_run(tmp_path_factory, "one_device_run", list(BATCH_OF_4))
 
 
 @pytest.fixture(scope="session")
@@ -247,8 +268,8 @@ def free_port() -> int:
 # fsdp spans the processes, tp stays inside each. More devices per process
 # test nothing more and cost more: with 4 each, gloo steps took twice as long.
 DEVICES_PER_PROCESS = 2
-TWO_PROCESS_ARGS = ("--config", "configs/tiny.py", *LEARNING, "--config.train.batch_size=4",
-                    "--config.mesh.fsdp=2", "--config.mesh.tp=2", "--config.train.max_steps=4")
+TWO_PROCESS_ARGS = (*BATCH_OF_4, "--config.mesh.fsdp=2", "--config.mesh.tp=2",
+                    "--config.train.max_steps=4")
 
 
 def start_processes(args: list[str], *, num_processes: int = 2,

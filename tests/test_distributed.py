@@ -11,14 +11,12 @@ import time
 
 import pytest
 
-from conftest import (DEVICES_PER_PROCESS, LEARNING, TWO_PROCESS_ARGS, run_cli, start_processes,
-                      wait_all)
+from conftest import BATCH_OF_4, start_processes, wait_all
 from gemma_grpo.runtime import distributed
 from gemma_grpo import errors
 from gemma_grpo.runtime import metrics
 
-ARGS = ["train", "--config", "configs/tiny.py", *LEARNING, "--config.train.batch_size=4",
-        "--config.mesh.fsdp=2", "--config.mesh.tp=2"]
+ARGS = ["train", *BATCH_OF_4, "--config.mesh.fsdp=2", "--config.mesh.tp=2"]
 COMPARED = ("rewards/train/sum", "actor/train/loss", "actor/train/kl",
             "actor/train/grad_norm", "completions/train/mean_length")
 
@@ -78,14 +76,6 @@ def _read(logdir, rank, stream):
   return (logdir / f"p{rank}.{stream}").read_text()
 
 
-@pytest.fixture(scope="module")
-def one_process_four_steps(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("one") / "run"
-  run_cli(["train", *TWO_PROCESS_ARGS, "--workdir", str(workdir)],
-          devices=2 * DEVICES_PER_PROCESS)
-  return _rows(workdir)
-
-
 def _wait_for(path, text, timeout):
   deadline = time.monotonic() + timeout
   while time.monotonic() < deadline:
@@ -96,8 +86,7 @@ def _wait_for(path, text, timeout):
 
 
 @pytest.mark.slow
-def test_two_processes_train_one_mesh_like_one_process(two_processes_four_steps,
-                                                       one_process_four_steps):
+def test_two_processes_train_one_mesh_like_one_process(two_processes_four_steps, one_device_run):
   workdir = two_processes_four_steps.workdir
   errs = two_processes_four_steps.logs
   # Only process 0 writes: one events file, each step's row once, one plot line.
@@ -107,19 +96,19 @@ def test_two_processes_train_one_mesh_like_one_process(two_processes_four_steps,
   assert "Plots:" in errs[0] and "Plots:" not in errs[1]
   assert json.loads((workdir / "config.json").read_text())["mesh"] == {"fsdp": 2, "tp": 2}
 
-  two = _rows(workdir)
-  assert sorted(two) == sorted(one_process_four_steps) == [1, 2, 3, 4]
-  # As tests/test_mesh.py, over its two steps: rewards and lengths exact, the
-  # rest to the float32 rounding of collectives that sum in another order.
+  # One device's 2 steps of the same batches at the same constant rate
+  # (conftest.BATCH_OF_4). As tests/test_mesh.py: rewards and lengths exact,
+  # the rest to the float32 rounding of collectives that sum in another order.
   # Later steps are not compared: by then that rounding can flip a sampled
   # token (seen at step 4). Stopping both processes by SIGTERM and resuming
   # is rehearsed in tests/test_tpu_rehearsal.py, through the TPU launcher.
+  two, one = _rows(workdir), _rows(one_device_run)
+  assert sorted(one) == [1, 2]
   for step in (1, 2):
     for key in COMPARED:
       tolerance = 0 if key.startswith(("rewards/", "completions/")) else (
           1e-5 if step == 1 else 1e-4)
-      assert two[step][key] == pytest.approx(one_process_four_steps[step][key], rel=tolerance,
-                                             abs=1e-8), (step, key)
+      assert two[step][key] == pytest.approx(one[step][key], rel=tolerance, abs=1e-8), (step, key)
 
 
 @pytest.mark.slow

@@ -4,37 +4,30 @@ import jax
 from flax import nnx
 import pytest
 
-from conftest import LEARNING, run_cli
+from conftest import BATCH_OF_4, run_cli
 from configs import base
 from gemma_grpo import errors
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.runtime import metrics
 from gemma_grpo.model import model_loading
 
-# 4 prompts x 2 completions: the batch splits evenly over every fsdp size.
-ARGS = ["--config", "configs/tiny.py", *LEARNING, "--config.train.batch_size=4"]
 COMPARED = ("rewards/train/sum", "actor/train/loss", "actor/train/kl",
             "actor/train/grad_norm", "completions/train/mean_length")
 
 
-def _run(tmp_path, fsdp, tp, devices):
-  workdir = tmp_path / f"mesh_{fsdp}x{tp}"
-  run_cli(["train", *ARGS, "--workdir", str(workdir),
-           f"--config.mesh.fsdp={fsdp}", f"--config.mesh.tp={tp}"], devices=devices)
+def _rows(workdir):
   return {row["step"]: row for row in metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")}
-
-
-@pytest.fixture(scope="module")
-def single_device(tmp_path_factory):
-  return _run(tmp_path_factory.mktemp("mesh"), 1, 1, devices=1)
 
 
 # Pure fsdp, and both axes at once; test_weights_are_sharded_not_replicated
 # covers (4, 2)'s layout without a training run.
 @pytest.mark.slow
 @pytest.mark.parametrize("fsdp, tp", [(8, 1), (2, 4)])
-def test_sharded_run_matches_one_device(single_device, tmp_path, fsdp, tp):
-  sharded = _run(tmp_path, fsdp, tp, devices=8)
+def test_sharded_run_matches_one_device(one_device_run, tmp_path, fsdp, tp):
+  workdir = tmp_path / f"mesh_{fsdp}x{tp}"
+  run_cli(["train", *BATCH_OF_4, "--workdir", str(workdir),
+           f"--config.mesh.fsdp={fsdp}", f"--config.mesh.tp={tp}"], devices=8)
+  sharded, single_device = _rows(workdir), _rows(one_device_run)
   assert sorted(sharded) == sorted(single_device) == [1, 2]
   for step, row in single_device.items():
     for key in COMPARED:
