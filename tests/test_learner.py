@@ -5,6 +5,9 @@ The learner's pieces are tested in test_algorithms.py, test_dynamic_sampling.py,
 test_rollout_rounds.py and test_train_examples.py.
 """
 
+import json
+import shutil
+
 import numpy as np
 import pytest
 
@@ -15,6 +18,7 @@ from gemma_grpo import errors
 from gemma_grpo.commands import train
 from gemma_grpo.rl import learner
 from gemma_grpo.rl import train_examples
+from gemma_grpo.runtime import checkpoints
 from gemma_grpo.runtime import metrics
 
 
@@ -232,8 +236,19 @@ def test_a_resumed_run_with_four_updates_per_batch_continues_exactly(tmp_path):
           "--config.optim.peak_lr=0.01", "--config.optim.end_lr=0.01",
           "--config.optim.warmup_fraction=0"]
   run_cli(["train", *args, "--workdir", str(tmp_path / "whole"), "--config.train.max_steps=8"])
-  run_cli(["train", *args, "--workdir", str(tmp_path / "parts"), "--config.train.max_steps=4"])
-  run_cli(["train", *args, "--workdir", str(tmp_path / "parts"), "--config.train.max_steps=8"])
+  # The run as it was after its checkpoint at step 4 (a stop then, or a
+  # crash before step 8's checkpoint): what a 4-step run of the same config
+  # would leave, without training those 4 steps again.
+  parts = tmp_path / "parts"
+  shutil.copytree(tmp_path / "whole", parts)
+  shutil.rmtree(checkpoints.actor_dir(parts) / "8")
+  jsonl = parts / "tensorboard" / "metrics.jsonl"
+  jsonl.write_text("".join(line + "\n" for line in jsonl.read_text().splitlines()
+                           if json.loads(line)["step"] <= 4))
+  resumed = run_cli(["train", *args, "--workdir", str(parts), "--config.train.max_steps=8"])
+  assert "Resuming from step 4" in resumed.stderr, resumed.stderr[-3000:]
+  logged = [json.loads(line)["step"] for line in jsonl.read_text().splitlines()]
+  assert logged == list(range(1, 9)), logged  # steps 5-8 trained once, after the copied 1-4
   whole, parts = (
       {r["step"]: r for r in metrics.read_jsonl(tmp_path / name / "tensorboard" / "metrics.jsonl")}
       for name in ("whole", "parts"))
