@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import io
 import multiprocessing
+from multiprocessing import forkserver
 import os
 import signal
 import subprocess
@@ -39,8 +40,9 @@ PRELOAD = [
     "gemma_grpo.rl.training_run", "gemma_grpo.rl.sft", "gemma_grpo.rl.evaluation",
     "gemma_grpo.model.hf_export", "gemma_grpo.runtime.curves",
     # Not an import only: parses the offline tokenizer that most runs load.
-    "forked_cli_tokenizer",
+    "tests.forked_cli_tokenizer",
 ]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _context = None
 
@@ -50,6 +52,18 @@ def _fork_context():
   if _context is None:
     _context = multiprocessing.get_context("forkserver")
     _context.set_forkserver_preload(PRELOAD)
+    # Python 3.11's fork server ignores the sys.path it is sent and skips a
+    # preload it cannot import without a word: it finds `tests.` modules
+    # through PYTHONPATH, set to the repository while it starts.
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, saved]))
+    try:
+      forkserver.ensure_running()
+    finally:
+      if saved is None:
+        del os.environ["PYTHONPATH"]
+      else:
+        os.environ["PYTHONPATH"] = saved
   return _context
 
 

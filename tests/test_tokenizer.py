@@ -2,6 +2,7 @@
 
 import pytest
 
+from conftest import FORK, REPO, run_python
 from configs import base
 from gemma_grpo import errors
 from gemma_grpo.model import model_loading
@@ -106,6 +107,18 @@ def test_a_tokenizer_is_parsed_once_until_its_files_change(offline_270m_dir, tmp
   config.write_text(config.read_text().replace('"pad_token": "<pad>"', '"pad_token":  "<eos>"'))
   changed = tokenizer_lib.load(copy)
   assert changed is not first and changed.pad_id() == 1 and first.pad_id() == 0
+
+
+@pytest.mark.skipif(not FORK, reason="CLI runs are not forked in this session")
+def test_forked_runs_find_the_offline_tokenizer_parsed(offline_270m_dir):
+  # tests/forked_cli.py's server parses it before forking (a preload it could
+  # not import would be skipped silently, and every run would parse it again).
+  proc = run_python(f"""
+import pathlib
+from gemma_grpo.model import tokenizer
+print(tokenizer._identity(pathlib.Path({str(offline_270m_dir)!r})) in tokenizer._LOADED)
+""", cwd=REPO)
+  assert proc.stdout.strip() == "True", proc.stderr[-2000:]
 
 
 def test_missing_tokenizer_is_a_user_error(tmp_path):
