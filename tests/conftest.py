@@ -36,6 +36,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+_CONVERTER = pytest.StashKey[subprocess.Popen]()
 GSM8K_DIR = REPO.parent / "shared" / "data" / "gsm8k"
 
 
@@ -164,6 +165,24 @@ LONGEST_FIRST = ("two processes", "test_learner.py", "test_export.py", "test_mul
 
 def _work_unit(file_name: str) -> str:
   return "two processes" if file_name in TWO_PROCESS_FILES else file_name
+
+
+def pytest_configure(config):
+  """Converts the offline Gemma-3-270M (once per home, about 11 s) while the
+  workers import and collect, instead of after, when every run waits for it
+  under model_loading's lock."""
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    return
+  config.stash[_CONVERTER] = subprocess.Popen(
+      [sys.executable, "-c", "from gemma_grpo import config; from gemma_grpo.model import"
+       " model_loading; model_loading.offline_270m_dir(config.defaults().model)"],
+      cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def pytest_unconfigure(config):
+  converter = config.stash.get(_CONVERTER, None)
+  if converter is not None:
+    converter.wait()  # a failure shows again in the first test that loads the model
 
 
 def pytest_collection_finish(session):
