@@ -10,10 +10,10 @@ import pytest
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 
-CONFIGS = ["configs/tiny.py", "configs/gemma3_270m.py", "configs/gemma3_1b.py",
-           "configs/gemma3_270m_sft.py", "configs/gemma3_270m_sft_grpo.py",
-           "configs/gemma3_270m_dapo.py", "configs/gemma3_270m_tools.py",
-           "configs/gemma3_270m_tools_off.py"]
+REPO = pathlib.Path(__file__).resolve().parent.parent
+# Every file a user can pass to --config.
+CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "configs").glob("*.py")
+                 if p.name != "__init__.py")
 
 
 @pytest.fixture
@@ -192,6 +192,77 @@ def test_saved_config_round_trips(tiny, tmp_path):
   assert again.grpo.beta == 0.5 and again.rewards.weights.format_exact == 2.0
   assert again.rewards.weights.answer_correct is None
   assert again.to_dict() == tiny.to_dict()
+
+
+# Overrides that touch a plain key, a tuple of tuples, and both open sections
+# (a key the config file set, and a key of the user's own).
+ROUND_TRIP_OVERRIDES = [
+    "--config.grpo.beta=0.5",
+    "--config.data.few_shot=(('1 + 1?', 'One and one.', '2'),)",
+    "--config.data.reasoning_gym_options.max_value=30",
+    "--config.data.reasoning_gym_options.operators=('+', '*')",
+    "--config.rewards.weights.format_exact=2.0",
+]
+
+
+@pytest.mark.parametrize("overrides", [[], ROUND_TRIP_OVERRIDES], ids=["as shipped", "overridden"])
+@pytest.mark.parametrize("path", CONFIGS)
+def test_every_shipped_config_reads_back_as_saved(path, overrides, tmp_path):
+  c = config_lib.load(path)
+  assert config_lib.apply_overrides(c, list(overrides)) == []
+  config_lib.save(c, tmp_path / "config.json")
+  again = config_lib.load_saved(tmp_path / "config.json")
+  assert again == c
+  assert again.to_dict() == c.to_dict()
+  config_lib.save(again, tmp_path / "again.json")
+  assert (tmp_path / "again.json").read_text() == (tmp_path / "config.json").read_text()
+
+
+def test_the_first_commands_task_options_read_back():
+  # The regression of the first command: every key of an open section was refused.
+  c = config_lib.offline_270m()
+  assert set(c.data.reasoning_gym_options) >= {"min_terms", "operators"}
+  assert len(c.data.reasoning_gym_options) == 6
+
+
+def test_a_list_in_a_config_file_reads_back_equal(tmp_path):
+  (tmp_path / "configs").mkdir()
+  mine = tmp_path / "configs" / "mine.py"
+  mine.write_text(
+      "import ml_collections\n"
+      "from gemma_grpo import config\n"
+      "def get_config():\n"
+      "  c = config.defaults()\n"
+      "  c.data.source = 'reasoning_gym:simple_equations'\n"
+      "  c.data.reasoning_gym_options = ml_collections.ConfigDict({'operators': ['+', '-']})\n"
+      "  c.data.few_shot = [['1 + 1?', 'One and one.', '2']]\n"
+      "  return c\n")
+  c = config_lib.load(str(mine))
+  assert c.data.reasoning_gym_options.operators == ("+", "-")
+  assert c.data.few_shot == (("1 + 1?", "One and one.", "2"),)
+  config_lib.save(c, tmp_path / "config.json")
+  assert config_lib.load_saved(tmp_path / "config.json") == c
+
+
+def test_an_open_section_takes_a_new_key_from_the_command_line(tiny):
+  config_lib.apply_overrides(tiny, ["--config.data.reasoning_gym_options.min_value=3",
+                                    "--config.data.reasoning_gym_options.operators=['+']",
+                                    "--config.data.reasoning_gym_options.name=easy"])
+  assert dict(tiny.data.reasoning_gym_options) == {"min_value": 3, "operators": ("+",), "name": "easy"}
+  with pytest.raises(errors.UserError, match="unknown key 'gamma'"):
+    config_lib.apply_overrides(tiny, ["--config.grpo.gamma=1"])
+
+
+@pytest.mark.parametrize("saved, message", [
+    ({"grpo": {"beta": "high"}}, "grpo.beta: 'high' is not a float"),
+    ({"grpo": 3}, "grpo: 3 where a section belongs"),
+    ({"data": {"reasoning_gym_options": {"min_value": 2}, "nope": 1}}, "data.nope: not a config key"),
+])
+def test_a_hand_edited_config_json_is_one_line_naming_the_key(tmp_path, saved, message):
+  (tmp_path / "config.json").write_text(json.dumps(saved))
+  with pytest.raises(errors.UserError, match=message) as refused:
+    config_lib.load_saved(tmp_path / "config.json")
+  assert "\n" not in str(refused.value)
 
 
 def test_saved_config_from_another_version_is_reported(tmp_path):

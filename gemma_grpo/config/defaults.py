@@ -10,6 +10,12 @@ configuration reference.
 import ml_collections
 from ml_collections import config_dict
 
+# Sections a user fills with keys of their own (a reasoning-gym task's options,
+# per-function reward weights): `--config.<section>.<key>=v` may add a key, and
+# a run's saved config.json reloads whatever keys they held. Every other
+# section's keys are the ones below, and nothing else.
+OPEN_SECTIONS = ("data.reasoning_gym_options", "rewards.weights")
+
 
 def defaults() -> ml_collections.ConfigDict:
   """A fresh, locked ConfigDict holding every key at its default."""

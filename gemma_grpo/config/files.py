@@ -14,6 +14,7 @@ import ml_collections
 from gemma_grpo import errors
 from gemma_grpo import storage
 from gemma_grpo.config.defaults import defaults
+from gemma_grpo.config.defaults import OPEN_SECTIONS
 
 
 def load(path: str) -> ml_collections.ConfigDict:
@@ -48,6 +49,7 @@ def load(path: str) -> ml_collections.ConfigDict:
     raise errors.UserError(
         f"--config: {path} lacks {shown}, which gemma_grpo.config.defaults() has; start get_config()"
         f" from config.defaults() (as configs/tiny.py does) or add them")
+  _freeze(c)
   return c
 
 
@@ -96,15 +98,50 @@ def save(c: ml_collections.ConfigDict, path: str | os.PathLike) -> None:
   storage.write_text(storage.path(path), c.to_json_best_effort(indent=2) + "\n")
 
 
-def _assign(node: ml_collections.ConfigDict, values: dict, prefix: str) -> None:
-  for key, value in values.items():
-    if key not in node:
-      raise errors.UserError(f"{prefix}{key}: not a config key of this version")
+def frozen(value):
+  """`value` with every list, at any depth, a tuple: the form a config holds.
+
+  JSON has only arrays, and a user may write a list where the defaults hold a
+  tuple; frozen, a config equals itself after a save and reload.
+  """
+  if isinstance(value, (list, tuple)):
+    return tuple(frozen(v) for v in value)
+  if isinstance(value, dict):
+    return {k: frozen(v) for k, v in value.items()}
+  return value
+
+
+def _freeze(node: ml_collections.ConfigDict) -> None:
+  """Lists as tuples, and every section locked as defaults() locks it (a
+  section that a config file replaced comes unlocked)."""
+  for key in list(node.keys()):
     if isinstance(node[key], ml_collections.ConfigDict):
+      _freeze(node[key])
+    elif isinstance(node[key], (list, tuple)) and node[key] != frozen(node[key]):
+      value = frozen(node[key])
+      with node.unlocked():  # a list-typed field keeps lists: make it a tuple field
+        del node[key]
+        node[key] = value
+  node.lock()
+
+
+def _assign(node: ml_collections.ConfigDict, values: dict, prefix: str) -> None:
+  open_section = prefix.rstrip(".") in OPEN_SECTIONS
+  for key, value in values.items():
+    if key not in node and not open_section:
+      raise errors.UserError(f"{prefix}{key}: not a config key of this version")
+    if key in node and isinstance(node[key], ml_collections.ConfigDict):
+      if not isinstance(value, dict):
+        raise errors.UserError(f"{prefix}{key}: {value!r} where a section belongs; restore the saved config.json")
       _assign(node[key], value, f"{prefix}{key}.")
-    else:
+      continue
+    try:
       with node.unlocked():
-        node[key] = tuple(value) if isinstance(node[key], tuple) else value
+        node[key] = frozen(value)
+    except TypeError:
+      raise errors.UserError(
+          f"{prefix}{key}: {value!r} is not a {node.get_ref(key).get_type().__name__};"
+          " restore the saved config.json") from None
 
 
 def load_saved(path: str | os.PathLike) -> ml_collections.ConfigDict:
@@ -118,4 +155,5 @@ def load_saved(path: str | os.PathLike) -> ml_collections.ConfigDict:
     raise errors.UserError(f"{file}: not valid JSON ({e.msg})") from None
   c = defaults()
   _assign(c, values, "")
+  _freeze(c)
   return c

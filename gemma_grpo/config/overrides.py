@@ -7,6 +7,8 @@ import ast
 import ml_collections
 
 from gemma_grpo import errors
+from gemma_grpo.config.defaults import OPEN_SECTIONS
+from gemma_grpo.config.files import frozen
 
 
 def _parse_value(text: str, kind: type, key: str):
@@ -32,6 +34,15 @@ def _parse_value(text: str, kind: type, key: str):
   return value
 
 
+def _literal(text: str):
+  """A Python literal (numbers, tuples, True), else the text itself."""
+  try:
+    value = ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
+  return frozen(value)
+
+
 def override(c: ml_collections.ConfigDict, key: str, text: str) -> None:
   """Sets `c.<key>` from command-line text, converted to the field's type."""
   *parents, leaf = key.split(".")
@@ -44,6 +55,10 @@ def override(c: ml_collections.ConfigDict, key: str, text: str) -> None:
           f"--config.{key}: {where} has no section {part!r}; sections: {', '.join(valid)}"
       )
     node = node[part]
+  if leaf not in node and ".".join(parents) in OPEN_SECTIONS:
+    with node.unlocked():  # a key of the user's own: its value as Python writes it
+      node[leaf] = _literal(text)
+    return
   if leaf not in node:
     raise errors.UserError(
         f"--config.{key}: unknown key {leaf!r}; valid keys here: "
