@@ -1,6 +1,7 @@
 """Reading, checking and setting aside checkpoints; the run identity record."""
 
 import logging
+import pathlib
 import shutil
 import sys
 import types
@@ -188,6 +189,22 @@ def test_run_json_round_trips_and_matching_config_passes(tmp_path, tiny_run):
   assert checkpoints.saved_identity(workdir) == ident
   checkpoints.check_identity(workdir, ident)
   checkpoints.check_identity(workdir, checkpoints.identity(tiny_config()))  # shape not known yet
+
+
+SHIPPED = sorted(str(p) for p in pathlib.Path("configs").glob("*.py") if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("path", SHIPPED)
+def test_every_shipped_configs_identity_reads_back_from_run_json_and_config_json(path, tmp_path):
+  c = config_lib.load(path)
+  ident = checkpoints.identity(c, {"num_layers": 18})
+  checkpoints.write_identity(tmp_path, ident)
+  assert checkpoints.saved_identity(tmp_path) == ident
+  checkpoints.compare_identity(tmp_path, checkpoints.saved_identity(tmp_path), ident)
+  # A work directory from before run.json: the identity comes from its config.json.
+  (tmp_path / checkpoints.RUN_FILE).unlink()
+  config_lib.save(c, tmp_path / "config.json")
+  assert checkpoints.saved_identity(tmp_path) == checkpoints.identity(c)
 
 
 @pytest.mark.parametrize("change, message", [

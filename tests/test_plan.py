@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from conftest import REPO  # pylint: disable=g-importing-member
 from conftest import run_cli  # pylint: disable=g-importing-member
 
 pytest.importorskip("libtpu", reason="the plan extra (libtpu) is not installed")
@@ -34,6 +35,19 @@ def test_a_tiny_config_fits_on_a_v5e_8_and_says_so(tiny_on_v5e_8):
     assert 0 < program["peak_bytes_per_device"] <= values["hbm_bytes_per_device"], name
     assert program["flops_per_device"] > 0 and program["seconds_lower_bound"] > 0, name
   assert values["step_seconds_lower_bound"] > 0 and 0 < values["mfu_bound"] <= 1
+
+
+def test_the_plan_json_is_what_the_benchmark_tables_read(tiny_on_v5e_8, tmp_path):
+  # bench/tables.py renders README's plan table from the committed JSON files.
+  import sys  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, str(REPO / "bench"))
+  import tables  # pylint: disable=g-import-not-at-top
+
+  _, values = tiny_on_v5e_8
+  (tmp_path / "1b_v5e-8.json").write_text(json.dumps(values))
+  row = tables.plan(tmp_path).splitlines()[-1]
+  assert row.startswith("| Gemma-3 1B | v5e-8 | 8 x 1 | yes | "), row
+  assert f"{values['step_seconds_lower_bound']:.2f} s" in row
 
 
 def test_the_updates_flops_are_the_models_arithmetic_not_one_chunks(tiny_on_v5e_8):
