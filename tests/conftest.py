@@ -157,7 +157,7 @@ def run_python(code: str, *, cwd: pathlib.Path, devices: int = 1, timeout: int =
 TWO_PROCESS_FILES = ("test_distributed.py", "test_gpu_cluster.py", "test_tpu_rehearsal.py")
 # The longest files first (test time on 2 cores, a cold run of 2026-12-05), so
 # the two workers finish together; the order changes nothing else.
-LONGEST_FIRST = ("two processes", "test_learner.py", "test_export.py", "test_multi_turn.py",
+LONGEST_FIRST = ("test_journey.py", "two processes", "test_learner.py", "test_export.py", "test_multi_turn.py",
                  "test_mesh.py", "test_plan_programs.py", "test_plan.py", "test_sft.py",
                  "test_train.py", "test_reliability.py", "test_storage.py", "test_rollout.py",
                  "test_tokenizer.py", "test_evaluate.py", "test_model_loading.py", "test_api.py")

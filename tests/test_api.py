@@ -16,15 +16,21 @@ def readme_example() -> str:
   return re.search(r"```python\n(.*?)```", section, re.S)[1]
 
 
+def example_output(stdout: str) -> tuple[list[float], float, str]:
+  """(rewards, accuracy, completion) as README's example prints them; a
+  completion may hold newlines, so the last lines are not enough."""
+  printed = re.search(r"^\[([^\]\n]*)\]\n(\S+) (.*)", stdout, re.M | re.S)
+  assert printed, stdout[-2000:]
+  return [float(r) for r in printed[1].split(",")], float(printed[2]), printed[3]
+
+
 def test_readme_example_trains_reads_evaluates_and_exports(tmp_path):
   # The real 270M takes minutes a step here; the example runs as written on the tiny random model.
   code = readme_example().replace("configs/gemma3_270m.py", str(REPO / "configs/tiny.py"))
   proc = run_python(code, cwd=tmp_path)
-  lines = proc.stdout.strip().splitlines()
-  rewards = eval(lines[-2])  # pylint: disable=eval-used  # the example's print of a list
+  rewards, accuracy, completion = example_output(proc.stdout)
   assert len(rewards) == 2
-  accuracy, completion = lines[-1].split(" ", 1)
-  assert 0 <= float(accuracy) <= 1 and completion
+  assert 0 <= accuracy <= 1 and completion
   run = api.Run(tmp_path / "runs" / "notebook")
   assert [r["step"] for r in run.metrics()] == [1, 2]
   exported = tmp_path / "exported" / "notebook"

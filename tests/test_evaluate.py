@@ -233,21 +233,6 @@ def test_latest_run_is_the_one_with_the_newest_checkpoint(tmp_path):
   assert eval_targets.latest_run(tmp_path / "runs") == tmp_path / "runs" / "new"
 
 
-def test_eval_as_typed_after_the_first_command_compares_the_run_with_its_base(tiny_run, tmp_path):
-  import shutil  # pylint: disable=g-import-not-at-top
-
-  shutil.copytree(tiny_run, tmp_path / "runs" / "tiny")
-  proc = run_cli(["eval", "--num-test", "2", "--max-new-tokens", "4"], cwd=tmp_path,
-                 # The run scored with tests.toy_rewards, which the eval imports again.
-                 env={"PYTHONPATH": str(REPO)})
-  assert "evaluating the most recent run, runs/tiny" in proc.stdout
-  # The run's own data source (offline), the run against its base, paired.
-  assert "on reasoning_gym:gsm_symbolic: 2 problems" in proc.stdout
-  assert "accuracy difference +0.0 points" in proc.stdout
-  assert (tmp_path / "runs" / "tiny" / "eval_step2" / scoring.SUMMARY_FILE).is_file()
-  assert (tmp_path / "runs" / "eval" / "random" / scoring.SUMMARY_FILE).is_file()
-
-
 HEAVY = ("jax", "tunix", "flax", "orbax", "transformers", "torch")
 
 
