@@ -86,6 +86,11 @@ def _child(argv: list[str] | None, code: str | None, cwd: str, env: dict[str, st
   signal.signal(signal.SIGINT, signal.default_int_handler)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
   import importlib  # pylint: disable=g-import-not-at-top
+  import warnings  # pylint: disable=g-import-not-at-top
+
+  # As pyproject.toml's filterwarnings holds the tests: a deprecation that
+  # gemma_grpo's own code triggers is an error.
+  warnings.filterwarnings("error", category=DeprecationWarning, module="gemma_grpo")
 
   from gemma_grpo.commands import cli  # pylint: disable=g-import-not-at-top
   from gemma_grpo.runtime import console  # pylint: disable=g-import-not-at-top

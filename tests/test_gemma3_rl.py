@@ -167,12 +167,12 @@ def test_own_feed_forward_matches_qwix_in_values_and_lora_gradients(tiny):
   np.testing.assert_allclose(value, expected_value, rtol=1e-5)
   for path, grad in nnx.to_flat_state(grads):
     expected = dict(nnx.to_flat_state(expected_grads))[path]
-    scale = float(jnp.abs(expected.value).max())
+    scale = float(jnp.abs(expected.get_value()).max())
     # Both programs sum the same float32 terms in orders of XLA's choosing:
     # a cold CI rehearsal measured 2.4e-4 of the largest entry on an adapter Qwix
     # computes in both (the kv projection's A). A wrong gradient is off by
     # its own size.
-    np.testing.assert_allclose(grad.value, expected.value, atol=1e-3 * scale, err_msg=str(path))
+    np.testing.assert_allclose(grad.get_value(), expected.get_value(), atol=1e-3 * scale, err_msg=str(path))
   mlp_paths = [p for p, _ in nnx.to_flat_state(grads) if "mlp" in p]
   assert len(mlp_paths) == 6 * c.model.random.num_layers  # gate, up, down x (A, B)
 

@@ -57,7 +57,7 @@ def test_lora_b_starts_at_zero_so_the_policy_equals_the_base():
   actor = lora.apply(loaded.model, c.lora, mesh)
   for path, value in nnx.state(actor, nnx.LoRAParam).flat_state():
     if str(path[-1]).endswith("lora_b"):
-      assert not jax.numpy.any(value.value), path
+      assert not jax.numpy.any(value.get_value()), path
 
 
 def test_reference_shares_the_actors_frozen_arrays():
@@ -74,12 +74,12 @@ def test_parameters_are_sharded_over_the_mesh(fsdp, tp):
   c, mesh, loaded = _tiny(fsdp, tp)
   actor = lora.apply(loaded.model, c.lora, mesh)
   state = nnx.state(actor)
-  embedding = state["embedder"]["input_embedding"].value
+  embedding = state["embedder"]["input_embedding"].get_value()
   assert embedding.sharding.spec == jax.sharding.PartitionSpec("tp", "fsdp")
   assert not embedding.sharding.is_fully_replicated
   shard = embedding.addressable_shards[0].data.shape
   assert shard == (embedding.shape[0] // tp, embedding.shape[1] // fsdp)
-  lora_a = state["layers"][0]["mlp"]["gate_proj"]["kernel_lora_a"].value
+  lora_a = state["layers"][0]["mlp"]["gate_proj"]["kernel_lora_a"].get_value()
   assert not lora_a.sharding.is_fully_replicated or fsdp == 1
 
 

@@ -259,11 +259,11 @@ class Bigram(nnx.Module):
 
   def __init__(self, vocab: int):
     self.table = nnx.Param(jax.random.normal(jax.random.PRNGKey(0), (vocab, vocab)))
-    self.embedder = Embedder(self.table.value)
+    self.embedder = Embedder(self.table.get_value())
 
   def hidden_states(self, tokens, positions=None, attention_mask=None):
     del positions, attention_mask
-    return jax.nn.one_hot(tokens, self.table.value.shape[0])
+    return jax.nn.one_hot(tokens, self.table.get_value().shape[0])
 
 
 def numpy_log_softmax(x):
@@ -273,7 +273,7 @@ def numpy_log_softmax(x):
 
 def test_per_token_logps_and_entropy_on_a_bigram_model():
   model = Bigram(vocab=7)
-  table = np.asarray(model.table.value, dtype=np.float64)
+  table = np.asarray(model.table.get_value(), dtype=np.float64)
   prompt = np.array([[0, 3, 4]])  # pad id 0 on the left
   completion = np.array([[5, 2, 6, 0]])  # and on the right
   temperature = 0.7

@@ -17,6 +17,7 @@ from gemma_grpo.rl import multi_turn
 from gemma_grpo.tasks import prompts
 from gemma_grpo.rl import rollout
 from gemma_grpo.tasks import tools
+from gemma_grpo.seam import jax_mesh
 import scripted_model
 import test_rollout
 
@@ -221,11 +222,11 @@ def test_resumed_decoding_reads_the_result_as_a_single_forward_pass_would(
     settings.update(temperature=0.7, top_p=1.0, top_k=50, seed=jax.random.PRNGKey(3),
                     return_logprobs=True)
   plain = rollout.GroupedRollout(actor, tokenizer, None, lora_scale=1.0)
-  with mesh:
+  with jax_mesh.tunix_mesh(mesh):
     before = plain.generate(DISTINCT, test_rollout.config(**settings))
   call_at = 3  # row 0's first three tokens read as a call
   engine = tool_engine(actor, before.tokens[0][:call_at])
-  with mesh:
+  with jax_mesh.tunix_mesh(mesh):
     out = engine.generate(DISTINCT, test_rollout.config(**settings))
   turns = engine.take_tool_turns()
   assert engine.take_tool_turns() == []  # taken once
@@ -258,7 +259,7 @@ def test_resumed_decoding_reads_the_result_as_a_single_forward_pass_would(
 def test_an_engine_without_tools_takes_no_turns(tiny_model):
   mesh, actor, tokenizer = tiny_model
   engine = rollout.GroupedRollout(actor, tokenizer, None, lora_scale=1.0)
-  with mesh:
+  with jax_mesh.tunix_mesh(mesh):
     engine.generate(DISTINCT, test_rollout.config())
   assert not engine.uses_tools and engine.take_tool_turns() == []
 

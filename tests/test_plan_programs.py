@@ -25,6 +25,7 @@ from gemma_grpo.rl import rollout as rollout_lib
 from gemma_grpo.model import tokenizer as tokenizer_lib
 from gemma_grpo.rl import trainers
 from gemma_grpo.plan import programs
+from gemma_grpo.seam import jax_mesh
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +72,7 @@ def test_plan_lowers_the_programs_that_training_runs(tmp_path, monkeypatch, over
       reward_fns=rewards.from_config(c.rewards), rollout_seed=0,
       sampler_logps=c.rollout.decode_dtype != "float32")
   trainer = cluster.actor_trainer
-  with mesh:
+  with jax_mesh.tunix_mesh(mesh):
     trainer.jit_train_and_eval_step(cache_nnx_graph=True)
     example = sharding_utils.shard_input(
         learner.example_like(config_lib.completions_per_train_step(c)), ("fsdp",))

@@ -19,6 +19,7 @@ from gemma_grpo.model import lora
 from gemma_grpo.model import model_loading
 from gemma_grpo.tasks import prompts
 from gemma_grpo.rl import rollout
+from gemma_grpo.seam import jax_mesh
 
 MAX_PROMPT = 64
 MAX_NEW = 8
@@ -57,7 +58,7 @@ def tunix_greedy(actor, tokenizer, mesh, texts, eos_tokens=NO_STOP):
   sampler = sampler_lib.Sampler(actor, tokenizer, sampler_lib.CacheConfig(
       cache_size=MAX_PROMPT + MAX_NEW, num_layers=cfg.num_layers,
       num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim))
-  with mesh:
+  with jax_mesh.tunix_mesh(mesh):
     out = sampler(texts, max_generation_steps=MAX_NEW, max_prompt_length=MAX_PROMPT,
                   echo=False, temperature=0.0, top_p=None, top_k=None, eos_tokens=eos_tokens)
   return [np.asarray(t).tolist() for t in out.tokens], np.asarray(out.padded_prompt_tokens)
@@ -70,7 +71,7 @@ def tiny_setup():
 
 
 def generate(engine, mesh, texts, **kwargs):
-  with mesh:
+  with jax_mesh.tunix_mesh(mesh):
     return engine.generate(texts, config(**kwargs))
 
 

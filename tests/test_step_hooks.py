@@ -70,7 +70,7 @@ def test_non_finite_parameters_stop_without_overwriting_the_checkpoint(bad):
   run_hooks.on_train_start(trainer)
   trainer.train_steps = 1
   run_hooks.on_train_end(trainer)
-  trainer.model.a.value = trainer.model.a.value.at[1, 2].set(bad)
+  trainer.model.a.set_value(trainer.model.a.get_value().at[1, 2].set(bad))
   trainer.train_steps = 2
   with pytest.raises(guards.NonFiniteError, match=r"^step 2: LoRA parameters became NaN/Inf"):
     run_hooks.on_train_end(trainer)

@@ -63,7 +63,7 @@ class Gemma3(gemma3.Gemma3):
   def empty_cache(self, batch: int, slots: int) -> dict:
     """A zeroed KV cache in Tunix's layout ([B, S, K, H] per layer), writing from slot 0."""
     cfg = self.config
-    dtype = self.embedder.input_embedding.value.dtype
+    dtype = self.embedder.input_embedding.get_value().dtype
     shape = (batch, slots, cfg.num_kv_heads, cfg.head_dim)
     return {
         f"layer_{i}": {
@@ -153,9 +153,9 @@ def _feed_forward(mlp, x_BxTxD, lora_scale: float | None, matmul_dtype: str | No
   adapted = tuple(hasattr(linear, "kernel_lora_a") for linear in projections)
   weights = []
   for linear, has_adapter in zip(projections, adapted):
-    weights.append(linear.kernel.value)
+    weights.append(linear.kernel.get_value())
     if has_adapter:
-      weights += [linear.kernel_lora_a.value, linear.kernel_lora_b.value]
+      weights += [linear.kernel_lora_a.get_value(), linear.kernel_lora_b.get_value()]
   statics = _FeedForwardStatics(adapted, lora_scale, matmul_dtype,
                                 tuple(mlp.config.shd_config.act_btf))
   return _recomputed_feed_forward(statics, x_BxTxD, tuple(weights))

@@ -231,9 +231,9 @@ def randomize_mlp(model, seed: int) -> None:
   for i, layer in enumerate(model.layers):
     for j, proj in enumerate((layer.mlp.gate_proj, layer.mlp.up_proj, layer.mlp.down_proj)):
       kernel = proj.kernel
-      scale = kernel.value.shape[0] ** -0.5
-      sample = jax.random.normal(jax.random.fold_in(key, 3 * i + j), kernel.value.shape)
-      kernel.value = (scale * sample).astype(kernel.value.dtype)
+      weight = kernel.get_value()
+      sample = jax.random.normal(jax.random.fold_in(key, 3 * i + j), weight.shape)
+      kernel.set_value((weight.shape[0] ** -0.5 * sample).astype(weight.dtype))
 
 
 def build(c: ml_collections.ConfigDict, mesh) -> Loaded:

@@ -159,7 +159,7 @@ def plan(c: ml_collections.ConfigDict, topology: chips.Topology, devices: list, 
   results, compiled = {}, {}
   # Decode looks up one row of the input embedding per token (the LM head,
   # passed separately, is read whole).
-  unread = {"decode": _device_bytes(builder.actor.embedder.input_embedding.value)}
+  unread = {"decode": _device_bytes(builder.actor.embedder.input_embedding.get_value())}
   for name in programs_lib.NAMES:
     if not calls[name] and name == "reference":
       continue
@@ -174,8 +174,8 @@ def plan(c: ml_collections.ConfigDict, topology: chips.Topology, devices: list, 
   lora_bytes = _device_bytes(nnx.state(builder.actor, nnx.LoRAParam))
   model_bytes = _device_bytes(nnx.state(builder.actor))
   optimizer_bytes = _device_bytes(nnx.state(builder.optimizer))
-  embed_and_norm = _device_bytes((builder.actor.embedder.input_embedding.value,
-                                  builder.actor.final_norm.scale.value))
+  embed_and_norm = _device_bytes((builder.actor.embedder.input_embedding.get_value(),
+                                  builder.actor.final_norm.scale.get_value()))
   resident = model_bytes + optimizer_bytes
   outside = {"update": 0, "reference": lora_bytes + optimizer_bytes, "prefill": optimizer_bytes,
              "decode": resident - embed_and_norm}

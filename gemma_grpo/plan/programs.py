@@ -30,6 +30,7 @@ from gemma_grpo.rl import learner as learner_lib
 from gemma_grpo.rl import rollout as rollout_lib
 from gemma_grpo.rl import trainers
 from gemma_grpo.plan import shapes
+from gemma_grpo.seam import jax_mesh
 
 NAMES = ("update", "reference", "prefill", "decode")
 
@@ -136,7 +137,7 @@ class Builder:
         **learner_lib.example_columns(c))
     example = jax.tree.map(lambda x: _data_sharded(jax.ShapeDtypeStruct(x.shape, x.dtype), self.mesh),
                            example)
-    with self.mesh:
+    with jax_mesh.tunix_mesh(self.mesh):
       return trainers.jit_train_step(trainer).lower(self.actor, optimizer, example)
 
   # --- reference ------------------------------------------------------------
@@ -146,7 +147,7 @@ class Builder:
     prompt = _data_sharded(jax.ShapeDtypeStruct((rows, c.rollout.max_prompt_length), jnp.int32), self.mesh)
     completion = _data_sharded(jax.ShapeDtypeStruct((rows, c.rollout.max_new_tokens), jnp.int32), self.mesh)
     graphdef, state = nnx.split(self.reference_model)
-    with self.mesh:
+    with jax_mesh.tunix_mesh(self.mesh):
       return batch_logps.logps_program.lower(
           graphdef, state, prompt, completion, pad_id=self.ids.pad_id(), eos_id=self.ids.eos_id(),
           temperature=self.algo.temperature, group_size=self.algo.num_generations)
@@ -164,7 +165,7 @@ class Builder:
         _unplaced((c.train.batch_size, c.rollout.max_prompt_length), jnp.int32),
         _unplaced((2,), jnp.uint32), rows_per_prompt=c.grpo.num_generations,
         sampling=sampling, screen_width=width)
-    with self.mesh:
+    with jax_mesh.tunix_mesh(self.mesh):
       return fn.lower(*args, **kwargs)
 
   def decode(self, prefill: jax.stages.Compiled) -> jax.stages.Lowered:
@@ -177,7 +178,7 @@ class Builder:
     fn, args, kwargs = self.engine.decode_call(
         outputs, stop_ids, _unplaced((2,), jnp.uint32), new_tokens=self.c.rollout.max_new_tokens,
         sampling=sampling, with_logps=with_logps, screen_width=width)
-    with self.mesh:
+    with jax_mesh.tunix_mesh(self.mesh):
       return fn.lower(*args, **kwargs)
 
 

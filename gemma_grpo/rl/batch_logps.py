@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from tunix.sft import sharding_utils
 
 from gemma_grpo.rl import losses
+from gemma_grpo.seam import jax_mesh
 
 DATA_AXES = ("fsdp",)  # the batch axis, as the cluster's training config shards it
 
@@ -47,7 +48,7 @@ def micro_batched_logps(model, mesh, prompt_ids_BxP, completion_ids_BxT, *, micr
   axis under `mesh` (the model's role's mesh) before its pass.
   """
   rows = len(prompt_ids_BxP)
-  with mesh:
+  with jax_mesh.tunix_mesh(mesh):
     return jnp.concatenate([
         sampling_logps(model, *sharding_utils.shard_input(
             (prompt_ids_BxP[s:s + micro_batch], completion_ids_BxT[s:s + micro_batch]),

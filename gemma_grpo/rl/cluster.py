@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import warnings
 
 from flax import nnx
 import ml_collections
@@ -40,10 +39,8 @@ from gemma_grpo.rl import optim
 from gemma_grpo.rl import rollout
 from gemma_grpo.rl import trainers
 from gemma_grpo.runtime import host_memory
+from gemma_grpo.seam import jax_mesh
 from gemma_grpo.seam import tunix_cluster
-
-_WITH_MESH_DEPRECATED = r"`with mesh:` context manager has been deprecated"
-
 
 class SharedWeightsCluster(rl_cluster_lib.RLCluster):
   """An RLCluster whose actor and reference share their frozen weights."""
@@ -73,7 +70,7 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
 
   def precompile_update(self, example) -> None:
     """Starts compiling the actor's train step for `example` (trainers.py)."""
-    with self.r2m[rl_cluster_lib.Role.ACTOR]:
+    with jax_mesh.tunix_mesh(self.r2m[rl_cluster_lib.Role.ACTOR]):
       self.actor_trainer.precompile_train_step(example)
 
   @contextlib.contextmanager
@@ -85,13 +82,8 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
     entered through it shares their compiled programs instead of compiling
     its own.
     """
-    with warnings.catch_warnings():
-      # Tunix enters it as `with mesh:`, which JAX 0.10 deprecates; only the
-      # same context shares Tunix's programs, and `python -m gemma_grpo.train`
-      # would otherwise print the warning on the user's console.
-      warnings.filterwarnings("ignore", message=_WITH_MESH_DEPRECATED, category=DeprecationWarning)
-      with self.r2m[rl_cluster_lib.Role.ACTOR]:
-        yield
+    with jax_mesh.tunix_mesh(self.r2m[rl_cluster_lib.Role.ACTOR]):
+      yield
 
   def sync_weights(self):
     """Tunix's sync (when rollout and actor do not share a model), no anchor."""

@@ -62,12 +62,12 @@ class LayerShape:
 
 def _merged(module, name: str, scale: float) -> jax.Array:
   """`module.<name>` plus scale·A·B of its adapter, if it has one."""
-  weight = getattr(module, name).value
+  weight = getattr(module, name).get_value()
   a = getattr(module, f"{name}_lora_a", None)
   if a is None:
     return weight
   b = getattr(module, f"{name}_lora_b")
-  delta = lora.lora_delta(module, name, a.value, b.value)
+  delta = lora.lora_delta(module, name, a.get_value(), b.get_value())
   return weight + (scale * delta).astype(weight.dtype)
 
 
@@ -98,19 +98,19 @@ def decode_weights(model, lora_scale: float, dtype=jnp.float32) -> list[LayerWei
     out_NxHxD = _merged(attn.attn_vec_einsum, "w", lora_scale)
     n, d, h = q_NxDxH.shape
     layers.append(LayerWeights(
-        attn_norm_D=layer.pre_attention_norm.scale.value,
+        attn_norm_D=layer.pre_attention_norm.scale.get_value(),
         query_NHxD=q_NxDxH.transpose(0, 2, 1).reshape(n * h, d).astype(dtype),
         key_value_2KHxD=kv_2xKxDxH.transpose(0, 1, 3, 2).reshape(-1, d).astype(dtype),
         query_norm_H=tunix_gemma3.query_norm_scale(attn),
         key_norm_H=tunix_gemma3.key_norm_scale(attn),
         out_DxNH=out_NxHxD.reshape(n * h, d).T.astype(dtype),
-        post_attn_norm_D=layer.post_attention_norm.scale.value,
-        ffw_norm_D=layer.pre_ffw_norm.scale.value,
+        post_attn_norm_D=layer.post_attention_norm.scale.get_value(),
+        ffw_norm_D=layer.pre_ffw_norm.scale.get_value(),
         gate_up_2FxD=jnp.concatenate([_merged(mlp.gate_proj, "kernel", lora_scale),
                                       _merged(mlp.up_proj, "kernel", lora_scale)],
                                      axis=1).T.astype(dtype),
         down_DxF=_merged(mlp.down_proj, "kernel", lora_scale).T.astype(dtype),
-        post_ffw_norm_D=layer.post_ffw_norm.scale.value,
+        post_ffw_norm_D=layer.post_ffw_norm.scale.get_value(),
     ))
   return layers
 

@@ -27,6 +27,7 @@ from gemma_grpo.model import tokenizer as tokenizer_lib
 from gemma_grpo.rl import multi_turn
 from gemma_grpo.rl import rollout
 from gemma_grpo.runtime import console
+from gemma_grpo.seam import jax_mesh
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -185,14 +186,14 @@ class Generator:
           kv_cache_size=self._max_prompt_length + decoding.max_new_tokens,
           eos_tokens=self._stop_token_ids, temperature=sampling["temperature"] or 0.0,
           top_p=sampling["top_p"], top_k=sampling["top_k"], seed=sampling["seed"])
-      with self._mesh:
+      with jax_mesh.tunix_mesh(self._mesh):
         output = self._rollout.generate(prompts, config)
       turns = self._rollout.take_tool_turns()
       masks = ([t.tool_mask for t in turns] if turns
                else [[False] * len(ids) for ids in output.tokens])
       return output.text, output.tokens, masks
     # As Tunix's RLCluster runs its rollouts: under the model's mesh.
-    with self._mesh:
+    with jax_mesh.tunix_mesh(self._mesh):
       output = self._sampler(
           input_strings=prompts,
           max_generation_steps=decoding.max_new_tokens,

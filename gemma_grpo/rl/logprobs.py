@@ -207,7 +207,7 @@ def per_token_logps(
     hidden_BxLxD = model.hidden_states(tokens_BxL, positions_BxL, mask_BxLxL)
     # The state after token t predicts token t + 1.
     hidden_BxCxD = hidden_BxLxD[:, prompt_len - 1:prompt_len + completion_len - 1]
-  embed_VxD = model.embedder.input_embedding.value
+  embed_VxD = model.embedder.input_embedding.get_value()
   return logps_and_entropy_from_hidden(
       hidden_BxCxD, embed_VxD, completion_ids_BxC, temperature, chunk, model.matmul_dtype
   )

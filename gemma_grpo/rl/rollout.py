@@ -104,7 +104,7 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
   first_B = sampling_lib.sample_tokens(logits_BxV, jax.random.fold_in(rng, 0), sampling)
   dtype = DECODE_DTYPES[decode_dtype]
   # The float32 head is the model's own array: pass it through, do not copy it.
-  embedding_VxD = model.embedder.input_embedding.value
+  embedding_VxD = model.embedder.input_embedding.get_value()
   head_VxD = None if dtype == jnp.float32 else embedding_VxD.astype(dtype)
   screen = None
   if screened:  # the LM head's bfloat16 copy and the largest row norm (lm_head_screen)
@@ -378,7 +378,7 @@ class GroupedRollout(base_rollout.BaseRollout):
         greedy=greedy, temperature=float(rollout_config.temperature or 1.0),
         top_k=None if greedy else (rollout_config.top_k or None),
         top_p=1.0 if greedy else float(rollout_config.top_p))
-    vocab = self._model.embedder.input_embedding.value.shape[0]
+    vocab = self._model.embedder.input_embedding.get_value().shape[0]
     # Log-probs need every logit: no screen then.
     screen_width = (0 if with_logps or not self._screen
                     else lm_head_screen.screen_width(sampling, vocab))
@@ -397,10 +397,10 @@ class GroupedRollout(base_rollout.BaseRollout):
     """(the jitted decode loop, its arguments, its keywords), fed what the prefill returned."""
     (weights, head_VxD, screen, first_B, first_logp_B, prompt_cache, next_position_B,
      valid_UxP) = prefilled
-    embed_VxD = self._model.embedder.input_embedding.value
+    embed_VxD = self._model.embedder.input_embedding.get_value()
     return _decode, (
         weights, embed_VxD, embed_VxD if head_VxD is None else head_VxD, screen,
-        self._model.final_norm.scale.value, first_B, first_logp_B, prompt_cache,
+        self._model.final_norm.scale.get_value(), first_B, first_logp_B, prompt_cache,
         next_position_B, valid_UxP, stop_ids, rng), dict(
             shapes=self._shapes, new_tokens=new_tokens, sampling=sampling,
             with_logps=with_logps, screen_width=screen_width)

@@ -81,7 +81,7 @@ def loss_fn(model, tokens_BxL, target_mask_BxL, pad_id: int):
   hidden_BxLxD = model.hidden_states(tokens_BxL, positions_BxL, mask_BxLxL)
   # The state after token t predicts token t + 1.
   logps_BxT, _ = logprobs.logps_and_entropy_from_hidden(
-      hidden_BxLxD[:, :-1], model.embedder.input_embedding.value, tokens_BxL[:, 1:],
+      hidden_BxLxD[:, :-1], model.embedder.input_embedding.get_value(), tokens_BxL[:, 1:],
       matmul_dtype=model.matmul_dtype,
   )
   weights_BxT = target_mask_BxL[:, 1:]

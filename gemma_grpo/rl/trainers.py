@@ -15,6 +15,7 @@ from tunix.rl import trainer as rl_trainer
 from tunix.sft import peft_trainer
 from tunix.sft import sharding_utils
 
+from gemma_grpo.seam import jax_mesh
 from gemma_grpo.seam import tunix_trainer
 
 jit_train_step = tunix_trainer.jit_train_step
@@ -37,7 +38,7 @@ class RLTrainer(tunix_trainer.DonatesModel, rl_trainer.Trainer):
     # process's batch, both are the same program.
     if jax.process_count() == 1:
       return input_data
-    return global_batch(input_data, tunix_trainer.current_mesh(), self.config.data_sharding_axis)
+    return global_batch(input_data, jax_mesh.current_mesh(), self.config.data_sharding_axis)
 
 
 def global_batch(tree, mesh, data_axis):

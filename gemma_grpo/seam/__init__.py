@@ -15,6 +15,7 @@ so another version stops there with one line (UnsupportedVersion).
   tunix_gemma3      5, 6, 10 Gemma-3: last-token embedding, q/k norms, the LoRA feed-forward
   qwix_lora         7, 9     Qwix: adapters created compiled, its interception held open
   jax_distributed   11       JAX: the coordination service's key-value client
+  jax_mesh          12       JAX: the legacy `with mesh:` context that Tunix reads its mesh from
 
 Each module's docstring says, per touch, why it is there and which upstream
 change would remove it. `canaries()` checks every touch against the
@@ -37,7 +38,7 @@ __all__ = ["SUPPORTED", "TouchChanged", "UnsupportedVersion", "canaries", "check
            "fingerprint"]
 
 TOUCH_MODULES = ("tunix_cluster", "tunix_trainer", "tunix_learner", "tunix_gemma3", "qwix_lora",
-                 "jax_distributed")
+                 "jax_distributed", "jax_mesh")
 
 
 def canaries() -> dict[str, Callable[[], None]]:

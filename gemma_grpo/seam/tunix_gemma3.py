@@ -45,12 +45,12 @@ def embed_tokens(model: gemma3.Gemma3, tokens):
 
 def query_norm_scale(attention: gemma3.Attention):
   """The scale of the attention's RMS norm on queries."""
-  return getattr(attention, QUERY_NORM).scale.value
+  return getattr(attention, QUERY_NORM).scale.get_value()
 
 
 def key_norm_scale(attention: gemma3.Attention):
   """The scale of the attention's RMS norm on keys."""
-  return getattr(attention, KEY_NORM).scale.value
+  return getattr(attention, KEY_NORM).scale.get_value()
 
 
 # Whitespace- and comment-free source of the methods gemma3_rl re-implements,

@@ -2,7 +2,7 @@
 
 `DonatesModel` (mixed into rl/trainers' classes) re-implements
 PeftTrainer.jit_train_and_eval_step (reading _jitted_train_step_fn,
-_jitted_eval_step_fn, _shard_optimizer and pxla.thread_resources) to donate
+_jitted_eval_step_fn, _shard_optimizer and the mesh context, touch 12) to donate
 the model to the jitted step. Tunix donates only the optimizer, so XLA
 cannot alias the model's buffers: every step writes each model variable,
 the frozen base included, to fresh buffers while the old ones are still
@@ -28,6 +28,7 @@ import functools
 import inspect
 import threading
 
+from gemma_grpo.seam import jax_mesh
 from gemma_grpo.seam import versions
 
 versions.check_versions()
@@ -35,15 +36,9 @@ versions.check_versions()
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import logging
 from flax import nnx
-from jax.interpreters import pxla
 from tunix.sft import peft_trainer
 from tunix.sft import sharding_utils
 # pylint: enable=g-import-not-at-top,wrong-import-position
-
-
-def current_mesh():
-  """The mesh of the innermost `with mesh:` in this thread (Tunix's step runs under one)."""
-  return pxla.thread_resources.env.physical_mesh
 
 
 def jit_train_step(trainer):
@@ -76,7 +71,7 @@ class DonatesModel:
     if skip_jit or self._jitted_train_step_fn is not None:
       return super().jit_train_and_eval_step(skip_jit, cache_nnx_graph)
     # Tunix's construction, with the model among the donated arguments.
-    self._shard_optimizer(current_mesh())
+    self._shard_optimizer(jax_mesh.current_mesh())
     train_step = jit_train_step(self)
     self._train_step_jit = train_step
     eval_step = nnx.jit(self.create_eval_step_fn())
@@ -98,12 +93,12 @@ class DonatesModel:
     self.jit_train_and_eval_step(cache_nnx_graph=True)  # as PeftTrainer.train calls it
     example = sharding_utils.shard_input(self._prepare_inputs(example),
                                          self.config.data_sharding_axis)
-    mesh = current_mesh()  # the mesh context is per thread
+    mesh = jax_mesh.current_mesh()  # the mesh context is per thread
     train_step, model, optimizer = self._train_step_jit, self.model, self.optimizer
 
     def compile_step():
       try:
-        with mesh:
+        with jax_mesh.tunix_mesh(mesh):
           train_step.lower(model, optimizer, example).compile()
       except Exception as e:  # pylint: disable=broad-except
         logging.warning("compiling the train step ahead failed (%s: %s); it compiles"
@@ -122,8 +117,6 @@ def _jitted_step() -> None:
   for name in ("self._jitted_train_step_fn", "self._jitted_eval_step_fn", "def _shard_optimizer",
                "def create_train_step_fn", "def create_eval_step_fn"):
     versions.expect(name in source, "3", f"PeftTrainer has no {name}")
-  versions.expect(hasattr(pxla, "thread_resources"), "3",
-                  "jax.interpreters.pxla.thread_resources is gone")
   # The example compiled ahead must be prepared as train() prepares each one.
   train = inspect.getsource(trainer.train)
   for text in ("self._prepare_inputs(", "sharding_utils.shard_input(",
