@@ -232,6 +232,7 @@ def test_merged_tensors_are_the_text_model_in_hf_layout(exported):
 # --- HF directory ---------------------------------------------------------------
 
 
+@pytest.mark.torch
 def test_hf_fp32_export_reproduces_the_jax_policy_logits(exported):
   ref = exported.logits
   got = hf_logits(exported.dirs["fp32"], exported.ids)
@@ -242,6 +243,7 @@ def test_hf_fp32_export_reproduces_the_jax_policy_logits(exported):
   assert np.abs(unmerged - ref).max() > 100 * FP32_BOUND * np.abs(ref).max()
 
 
+@pytest.mark.torch
 def test_hf_bf16_export_is_within_the_bf16_bound(exported):
   import safetensors  # pylint: disable=g-import-not-at-top
 
@@ -272,6 +274,7 @@ def bf16_rounded_policy_logits(policy, ids: list[int]) -> np.ndarray:
   return JaxReference(plain, len(ids) + 32).logits(ids)
 
 
+@pytest.mark.torch
 def test_greedy_generation_matches_the_jax_policy(exported):
   import torch  # pylint: disable=g-import-not-at-top
   from transformers import AutoModelForCausalLM  # pylint: disable=g-import-not-at-top
@@ -349,6 +352,7 @@ def test_model_card_shows_the_few_shot_prompt_the_stop_text_and_the_runs_own_eva
   assert "| accuracy | 0.5 |" in card
 
 
+@pytest.mark.torch
 def test_sharded_export_has_an_index_and_loads_the_same(exported, tmp_path):
   import safetensors.numpy  # pylint: disable=g-import-not-at-top
 
@@ -410,6 +414,7 @@ def test_gguf_export_reads_back_as_the_merged_weights(exported):
   assert contents.metadata["tokenizer.chat_template"] == prompts.CHAT_TEMPLATE
 
 
+@pytest.mark.torch
 @pytest.mark.slow
 def test_transformers_reads_the_gguf_export_with_the_hf_exports_logits(exported):
   """transformers' own GGUF loader (gguf_file=, a reader we did not write)
@@ -630,6 +635,7 @@ def test_a_rejected_hub_token_is_a_one_line_user_error(hub, tmp_path, monkeypatc
 # --- The real Gemma-3-270M ----------------------------------------------------------
 
 
+@pytest.mark.torch
 @pytest.mark.slow
 def test_offline_270m_with_random_lora_exports_faithfully(tmp_path):
   """Non-zero random B on every adapter of the real 270M; fp32 and bf16 exports."""

@@ -174,6 +174,7 @@ def test_offline_270m_has_low_perplexity(offline_270m):
   assert np.exp(nll) < 40, np.exp(nll)
 
 
+@pytest.mark.torch
 @pytest.mark.slow
 def test_offline_270m_matches_transformers(offline_270m):
   import torch  # pylint: disable=g-import-not-at-top
@@ -294,6 +295,7 @@ def hf_layouts(tmp_path_factory, offline_270m_dir):
   return root
 
 
+@pytest.mark.torch
 def test_the_layouts_are_written_as_the_hub_ships_them(hf_layouts):
   """The fixture really holds what each layout means (else the tests below test less)."""
   import safetensors  # pylint: disable=g-import-not-at-top
@@ -328,6 +330,7 @@ def _transformers_logits(layout: str, model_dir: pathlib.Path, ids: list[int]) -
     return hf_model(torch.tensor([ids])).logits[0].double().numpy()
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_each_layout_loads_to_transformers_logits(hf_layouts, layout):
   """Our JAX forward of the loaded checkpoint equals transformers' forward of
@@ -346,6 +349,7 @@ def test_each_layout_loads_to_transformers_logits(hf_layouts, layout):
   np.testing.assert_allclose(ours, theirs, atol=2e-5 * np.abs(theirs).max(), rtol=0)
 
 
+@pytest.mark.torch
 def test_multimodal_checkpoint_exports_its_text_model_unchanged(hf_layouts):
   """The export of a model loaded from a multimodal checkpoint holds exactly
   its language_model tensors under Gemma3ForCausalLM names, the vision tower
