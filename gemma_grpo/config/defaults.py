@@ -153,7 +153,8 @@ def defaults() -> ml_collections.ConfigDict:
   # ranks the vocabulary with a bfloat16 copy, rescores the best candidates in
   # float32 and proves the top-k is among them, so tokens come from the float32
   # logits (gemma_grpo/rl/rollout.py); on where it measured faster (CPUs with
-  # AMX, GPUs, TPUs; not an AVX512_BF16 CPU without AMX). "on" / "off" force it.
+  # AMX; not an AVX512_BF16 CPU without AMX; not yet GPUs or TPUs, where it was
+  # not measured). "on" / "off" force it.
   c.rollout.screen_lm_head = "auto"
   # Tools the policy may call inside a completion, multi-turn
   # (gemma_grpo/rl/multi_turn.py): built-in names ("calculator") or your own

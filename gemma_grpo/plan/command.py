@@ -91,10 +91,11 @@ def _run(c, topology, args) -> int:
     devices = devices_lib.for_topology(topology)
   config_lib.mesh_shape(c.mesh, len(devices))  # a mesh that cannot fill the slice: one line
   mesh = devices_lib.mesh_for(c.mesh, devices)
-  # "auto" decides from the machine it runs on; the slice's, not this one's.
+  # "auto" is resolved for the slice's backend, not this machine's: the LM
+  # head's screen was measured faster only on CPUs (lm_head_screen.py).
   screen = c.rollout.screen_lm_head
   if screen == "auto" and topology.platform != "cpu":
-    screen = "on"
+    screen = "off"
   print(f"Planning {args.config} for {topology.name}: {len(devices)} x {topology.chip.name},"
         f" mesh {dict(mesh.shape)}", flush=True)
   try:

@@ -1,9 +1,10 @@
 """The decode step's matrix products, in the layouts XLA:CPU reads fastest.
 
 A decode step multiplies a few rows by large weights, so its cost is
-reading them: the layouts here are the ones measured fastest
+reading them: on a CPU, the layouts here are the ones measured fastest
 (BENCHMARKS.md, "The LM head in decode, and attention";
-bench/studies/decode_dots.py).
+bench/studies/decode_dots.py). Programs for a GPU or TPU take the plain
+product (runtime/backend.py): no layout was measured there.
 
 Shapes: B rows, I inputs, O outputs, D model width, V vocabulary.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+
+from gemma_grpo.runtime import backend
 
 
 def project(x_BxI, w_OxI):
@@ -24,7 +27,7 @@ def project(x_BxI, w_OxI):
   [in, out] layout. The LM head has its own `head_logits`.
   """
   x_BxI, dtype = x_BxI.astype(w_OxI.dtype), x_BxI.dtype
-  if w_OxI.dtype != jnp.float32:
+  if w_OxI.dtype != jnp.float32 or not backend.on_cpu():
     return jnp.einsum("bi,oi->bo", x_BxI, w_OxI, preferred_element_type=jnp.float32).astype(dtype)
   y_OxB = jnp.einsum("bi,oi->ob", x_BxI, w_OxI)
   return jax.lax.optimization_barrier(y_OxB).T.astype(dtype)
@@ -38,6 +41,8 @@ def head_logits(normed_BxD, head_VxD):
   vocabulary-major in bfloat16 too (BENCHMARKS.md, "Decode in bfloat16").
   The screen (lm_head_screen.py) and the float32 head both go through here.
   """
-  logits_VxB = jnp.einsum("bi,vi->vb", normed_BxD.astype(head_VxD.dtype), head_VxD,
-                          preferred_element_type=jnp.float32)
+  normed_BxD = normed_BxD.astype(head_VxD.dtype)
+  if not backend.on_cpu():
+    return jnp.einsum("bi,vi->bv", normed_BxD, head_VxD, preferred_element_type=jnp.float32)
+  logits_VxB = jnp.einsum("bi,vi->vb", normed_BxD, head_VxD, preferred_element_type=jnp.float32)
   return jax.lax.optimization_barrier(logits_VxB).T

@@ -3,8 +3,8 @@
 The float32 LM head (the tied embedding, 671 MB for Gemma-3-270M) is the
 largest read of a decode step. With top-k sampling or greedy decoding only
 the k largest logits matter, so where the screen is on (rollout.screen_lm_head;
-"auto": on accelerators and on CPUs with bfloat16 matrix units, where it
-measured faster) a bfloat16 copy of the head ranks the vocabulary, the best
+"auto": on CPUs with bfloat16 matrix units, where it measured faster; off
+on GPUs and TPUs, where it was not measured) a bfloat16 copy of the head ranks the vocabulary, the best
 few hundred candidates are rescored from the float32 head, and an error
 bound proves the float32 top-k is among them; where it cannot, that step
 computes the whole float32 head. Tokens are drawn from the float32 logits
@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from gemma_grpo.rl import decode_dots
+from gemma_grpo.runtime import backend
 from gemma_grpo.rl import sampling as sampling_lib
 
 # The CPUs on which the screen measured faster: x86 with AMX. Without AMX a
@@ -29,12 +30,11 @@ SCREEN_MIN_WIDTH = 256  # candidates the screen keeps, at least; see screen_widt
 
 
 def screen_pays_off(cpuinfo: str = "/proc/cpuinfo") -> bool:
-  """Whether "auto" screens the LM head here: on a CPU whose /proc/cpuinfo lists
-  a bfloat16 matrix unit (_SCREEN_CPU_FLAGS), where it measured faster, and on
-  accelerators, whose matrix units take bfloat16 natively (not measured: no
-  accelerator was lent to this project's benchmarks)."""
-  if jax.default_backend() != "cpu":
-    return True
+  """Whether "auto" screens the LM head: for a CPU whose /proc/cpuinfo lists
+  a bfloat16 matrix unit (_SCREEN_CPU_FLAGS), where it measured faster; not
+  for a GPU or TPU (runtime/backend.py's target), where it was not measured."""
+  if not backend.on_cpu():
+    return False
   try:
     with open(cpuinfo, encoding="utf-8") as f:
       flags = set(" ".join(line for line in f if line.startswith(("flags", "Features"))).split())
