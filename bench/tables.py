@@ -297,7 +297,57 @@ def plan_calibration(results: pathlib.Path) -> str:
   return "\n".join(lines)
 
 
+def _gib(value) -> str:
+  return "-" if value is None else f"{value / 2**30:.2f} GiB"
+
+
+def _figure(name: str, value) -> str:
+  if value is None:
+    return "-"
+  if name == "peak_device_bytes":
+    return _gib(value)
+  return f"{value * 1e3:.2f} ms" if name == "decode_s_per_token" else f"{value:.3f} s"
+
+
+def gpu(results: pathlib.Path) -> str:
+  """The newest bench/gpu/run.sh on a GPU: correctness, then each phase beside the plan's bound."""
+  runs = [(p, json.loads(p.read_text())) for p in sorted(results.glob("*/first_light.json"))]
+  runs = [(p, r) for p, r in runs if not r.get("smoke")]
+  if not runs:
+    return ("No GPU has run `bench/gpu/run.sh` yet; its rehearsal on this CPU is in"
+            " [docs/results/gpu/rehearsal](docs/results/gpu/rehearsal/first_light.log).")
+  path, r = runs[-1]
+  stack = r["stack"]
+  v = stack["versions"]
+  lines = [f"{stack['device_kind']}, {r['date']}: jax {v['jax']}, flax {v['flax']}, torch {v['torch']},"
+           f" transformers {v['transformers']} ([{path.relative_to(REPO)}]({path.relative_to(REPO)})).", "",
+           "| check | result |", "| --- | --- |"]
+  for key in sorted(k for k in r if k.startswith("forward_")):
+    f = r[key]
+    lines.append(f"| forward vs transformers, {key.split('_', 1)[1]} shapes, float32 |" + (
+        f" max diff {f['highest']['max_rel_diff']:.1e} of the largest logit at JAX's highest precision"
+        f" ({f['default']['max_rel_diff']:.1e} at its default); argmax equal on"
+        f" {f['highest']['argmax_agree']:.0%} |" if "highest" in f else f" {f.get('error') or f.get('skipped')} |"))
+  loss = r.get("loss", {})
+  lines.append("| GRPO loss, log-probs, gradient norm vs the CPU |" + (
+      f" largest relative difference {max(loss['rel_diff'].values()):.1e} |" if "rel_diff" in loss
+      else f" {loss.get('error') or loss.get('skipped')} |"))
+  tis = r.get("train", {}).get("tis") or {}
+  if tis.get("ratio_mean") is not None:
+    lines.append(f"| bfloat16 sampler / trainer probability ratio | mean {tis['ratio_mean']:.4f},"
+                 f" min {tis['ratio_min']:.3f}, max {tis['ratio_max']:.3f} |")
+  lines += ["", "| prompts x 2 per step | phase | measured | plan's lower bound | measured / bound |",
+            "| --- | --- | --- | --- | --- |"]
+  for batch, rows in r.get("measured_vs_predicted", {}).items():
+    for row in rows:
+      ratio = "-" if row["ratio"] is None else f"{row['ratio']:.1f}"
+      lines.append(f"| {batch} | {row['figure']} | {_figure(row['figure'], row['measured'])}"
+                   f" | {_figure(row['figure'], row['predicted'])} | {ratio} |")
+  return "\n".join(lines)
+
+
 TABLES: dict[str, tuple[Callable[[pathlib.Path], str], str]] = {
+    "gpu": (gpu, "docs/results/gpu"),
     "plan": (plan, "docs/results/plan"),
     "plan_calibration": (plan_calibration, "docs/results/plan"),
     "first_command": (first_command, "docs/results/first_command"),

@@ -10,7 +10,7 @@ decoding; the compiler's cost model gives 0.91 s. There, add
 --config.mesh.tp=4 (fsdp 2 x tp 4): 0.59 s by the same model, 2.44 GiB per
 chip (docs/results/plan/mesh/). The default mesh (fsdp over every device)
 keeps the config valid on any device count. No accelerator step time is
-measured yet (bench/gpu.py prints one).
+measured yet (bench/gpu/run.sh measures one on a lent GPU).
 """
 
 from gemma_grpo import config
