@@ -6,8 +6,9 @@ float32 and a Q8_0 GGUF); here llama.cpp (node-llama-cpp's prebuilt CPU build,
 tests/llama_cpp_runtime.py) loads them, tokenizes held-out prompts of the run
 and completes them greedily. The reference is our own greedy decoding of the
 same prompts: the engine `gemma-grpo eval` decodes with, on the run's restored
-policy, in a process of its own that also writes the bfloat16 and Q4_0 GGUFs
-of the same checkpoint. One llama.cpp process loads each file once.
+policy, in a process of its own that also writes the Q4_0 GGUF of the same
+checkpoint. One llama.cpp process loads each file once. The BF16 file and 32
+prompts are bench/llama_cpp.py's (docs/export.md): too slow for the suite.
 """
 
 from __future__ import annotations
@@ -24,14 +25,13 @@ from gemma_grpo.tasks import prompts
 import llama_cpp_runtime
 
 # Held-out prompts, each completed to "</answer>" (about 40 tokens) or 64 tokens,
-# by our engine and by llama.cpp on the F32 and Q8_0 files; the BF16 and Q4_0
-# files complete the first PROMPTS_OTHERS. llama.cpp's decoding on 2 cores is
-# the slow part (docs/results/llama_cpp has its speed).
-NUM_PROMPTS = 4
-PROMPTS_OTHERS = 2
+# by our engine and by llama.cpp on the F32 and Q8_0 files; the Q4_0 file
+# completes the first PROMPTS_Q4_0. llama.cpp's decoding on 2 cores is the slow
+# part (docs/results/llama_cpp has its speed).
+NUM_PROMPTS = 3
+PROMPTS_Q4_0 = 2
 # README's exports (the journey's) and OURS's, side by side.
-FILES = {"F32": "g270m.gguf", "BF16": "g270m-bf16.gguf", "Q8_0": "g270m-q8_0.gguf",
-         "Q4_0": "g270m-q4_0.gguf"}
+FILES = {"F32": "g270m.gguf", "Q8_0": "g270m-q8_0.gguf", "Q4_0": "g270m-q4_0.gguf"}
 F32, Q8_0 = 0, 8  # GGML type ids, as llama.cpp reports a tensor's type
 
 OURS = """
@@ -53,7 +53,6 @@ out = generator.generate([p.prompt for p in problems],
                          eval_generation.Decoding(max_new_tokens=c.eval.max_new_tokens),
                          batch_size=c.eval.batch_size)
 exported = pathlib.Path({exported!r})
-hf_export.export_policy(policy, run.workdir, exported / {bf16!r}, fmt="gguf", dtype="bfloat16")
 hf_export.export_policy(policy, run.workdir, exported / {q4_0!r}, fmt="gguf", quant="q4_0")
 # The first prompt as the chat messages it renders: instruction, solved turns, question.
 first = problems[0]
@@ -85,21 +84,21 @@ def llama_cpp_or_fail(request: dict, **kwargs) -> dict:
 
 @pytest.fixture(scope="module")
 def ours(journey) -> dict:
-  """Our greedy completions of NUM_PROMPTS held-out prompts, and the other GGUFs."""
+  """Our greedy completions of NUM_PROMPTS held-out prompts, and the Q4_0 GGUF."""
   code = OURS.format(
       workdir=str(journey.root / "runs" / "gemma3_270m"), num_prompts=NUM_PROMPTS,
-      exported=str(journey.root / "exported"), bf16=FILES["BF16"], q4_0=FILES["Q4_0"])
+      exported=str(journey.root / "exported"), q4_0=FILES["Q4_0"])
   proc = run_python(code, cwd=journey.root, timeout=900)
   return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
 def llama(journey, ours) -> dict[str, dict]:
-  """llama.cpp's results per file ("F32", "BF16", "Q8_0", "Q4_0"); the chat on F32's."""
+  """llama.cpp's results per file ("F32", "Q8_0", "Q4_0"); the chat on F32's."""
   exported = journey.root / "exported"
   response = llama_cpp_or_fail({
       "models": [{"path": str(exported / name),
-                  "prompts": NUM_PROMPTS if kind in ("F32", "Q8_0") else PROMPTS_OTHERS}
+                  "prompts": PROMPTS_Q4_0 if kind == "Q4_0" else NUM_PROMPTS}
                  for kind, name in FILES.items()],
       "prompts": ours["prompts"], "maxTokens": ours["max_new_tokens"],
       "stopText": ours["stop_text"], "threads": 2, "chat": ours["messages"],
@@ -123,24 +122,10 @@ def test_llama_cpp_completes_the_f32_export_token_for_token(llama, ours):
   assert all(c["stop"] == "stopText" for c in completions), [c["stop"] for c in completions]
 
 
-@pytest.mark.slow
-def test_llama_cpp_on_the_bf16_export_gives_our_float32_answers(llama, ours):
-  # llama.cpp's CPU path rounds activations to bfloat16 against BF16 weights,
-  # so token-for-token equality is measured, not required: the answers must hold.
-  completions = llama["BF16"]["completions"]
-  n = len(completions)
-  same = sum(c["ids"] == ids for c, ids in zip(completions, ours["ids"]))
-  agree = sum(a == b for a, b in zip(answers_of(completions), map(answers.extract_answer, ours["texts"])))
-  print(f"BF16 GGUF in llama.cpp: {same}/{n} completions token for token with our"
-        f" float32 greedy ones, {agree}/{n} answers")
-  assert n == PROMPTS_OTHERS and agree == n
-
-
-@pytest.mark.slow
 # Q8_0 must keep most answers; Q4_0 (of a 270M model) is only reported. Answers
 # are compared rather than tokens: a slip in one digit of an equation is a
 # different answer, and the 32-prompt figures are in docs/export.md.
-@pytest.mark.parametrize("kind, at_least", [("Q8_0", NUM_PROMPTS // 2), ("Q4_0", 0)])
+@pytest.mark.parametrize("kind, at_least", [("Q8_0", NUM_PROMPTS - 1), ("Q4_0", 0)])
 def test_llama_cpp_runs_the_quantized_exports(llama, kind, at_least):
   model = llama[kind]
   assert model["fileType"] == {"Q8_0": 7, "Q4_0": 2}[kind]  # llama.cpp's LLAMA_FTYPE_MOSTLY_*
