@@ -137,6 +137,11 @@ def evaluate(policy: policy_lib.Policy, problems: Sequence[data_lib.Problem], *,
 
 
 def export(workdir: str | os.PathLike, out: str | os.PathLike, *, fmt: str = "hf",
-           dtype: str = "float32", step: int | None = None, overwrite: bool = False) -> pathlib.Path:
-  """Merges the run's LoRA into its base and writes HF safetensors (or GGUF) to `out`."""
-  return hf_export.export(workdir, out, step=step, dtype=dtype, fmt=fmt, overwrite=overwrite)
+           dtype: str = "float32", step: int | None = None, overwrite: bool = False,
+           quant: str | None = None) -> pathlib.Path:
+  """Merges the run's LoRA into its base and writes HF safetensors (or GGUF) to `out`.
+
+  `quant` ("q8_0", "q4_0") quantizes a GGUF export as `--quant` does.
+  """
+  return hf_export.export(workdir, out, step=step, dtype=dtype, fmt=fmt, overwrite=overwrite,
+                          quant=quant)

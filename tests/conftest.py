@@ -155,16 +155,20 @@ def run_python(code: str, *, cwd: pathlib.Path, devices: int = 1, timeout: int =
 # Files that share the two_processes_four_steps fixture: one xdist worker runs
 # them all, so the two-process run is made once, not once per worker.
 TWO_PROCESS_FILES = ("test_distributed.py", "test_gpu_cluster.py", "test_tpu_rehearsal.py")
+# Files that share the journey fixture (tests/journey.py), likewise.
+JOURNEY_FILES = ("test_journey.py", "test_llama_cpp.py")
 # The longest files first (test time on 2 cores, a cold run of 2026-12-05), so
 # the two workers finish together; the order changes nothing else.
-LONGEST_FIRST = ("test_journey.py", "two processes", "test_learner.py", "test_export.py", "test_multi_turn.py",
+LONGEST_FIRST = ("journey", "two processes", "test_learner.py", "test_export.py", "test_multi_turn.py",
                  "test_mesh.py", "test_plan_programs.py", "test_plan.py", "test_sft.py",
                  "test_train.py", "test_reliability.py", "test_storage.py", "test_rollout.py",
                  "test_tokenizer.py", "test_evaluate.py", "test_model_loading.py", "test_api.py")
 
 
 def _work_unit(file_name: str) -> str:
-  return "two processes" if file_name in TWO_PROCESS_FILES else file_name
+  if file_name in TWO_PROCESS_FILES:
+    return "two processes"
+  return "journey" if file_name in JOURNEY_FILES else file_name
 
 
 def pytest_configure(config):
@@ -212,8 +216,8 @@ def pytest_collection_modifyitems(items):
 def pytest_xdist_make_scheduler(config, log):
   """Whole files per worker (module and session fixtures are made once per worker).
 
-  Like `--dist loadfile`, except that TWO_PROCESS_FILES go to one worker, in
-  the order collected above. (xdist's own `loadgroup` marks do not take
+  Like `--dist loadfile`, except that TWO_PROCESS_FILES go to one worker, and
+  JOURNEY_FILES to one worker, in the order collected above. (xdist's own `loadgroup` marks do not take
   effect with pytest 9: xdist 3.8 renames the node id through an attribute
   pytest 9 no longer reads.)
   """
@@ -407,3 +411,8 @@ def gcs_server(tmp_path_factory):
     else:
       os.environ[key] = value
   proc.kill()
+
+
+# Last: tests/journey.py imports this module's helpers. Imported here, the
+# fixture serves test_journey.py and test_llama_cpp.py (JOURNEY_FILES).
+from journey import journey  # pylint: disable=g-import-not-at-top,wrong-import-position,unused-import

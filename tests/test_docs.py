@@ -8,8 +8,8 @@ site's nav carries a comment on the line above saying how it is checked:
   <!-- docs-test: flags ... -->         every `gemma-grpo ...` and `python -m gemma_grpo.train ...`
                                         command is parsed by its own CLI, and its config with
                                         every override is loaded and validated, up to the point
-                                        where it would load a model; installs and `pytest` must
-                                        be the ones .ci/run runs
+                                        where it would load a model; installs (pip, npm) and
+                                        `pytest` must be the ones .ci/run runs
   <!-- docs-test: dry-run ... -->       each launch/*.sh line runs with --dry-run (gcloud, sbatch
                                         and ssh commands printed, not run)
   <!-- docs-test: skip, REASON -->      not runnable in a test, and why
@@ -100,7 +100,7 @@ def test_readme_starts_with_the_install_and_train_command_and_the_test_command()
   assert commands == [
       "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && "
       "python -m gemma_grpo.train --config configs/gemma3_270m.py",
-      "pip install -e '.[test,plan]' && pytest -q -n 2",
+      "pip install -e '.[test,plan]' && npm ci --prefix tests/llama_cpp && pytest -q -n 2",
   ]
   assert len((REPO / "README.md").read_text().splitlines()) <= 200
   assert len((REPO / "BENCHMARKS.md").read_text().splitlines()) <= 250
@@ -200,7 +200,7 @@ def test_shell_commands_parse_and_their_configs_validate(block, monkeypatch, tmp
         assert f"\n{extra} = [" in (REPO / "pyproject.toml").read_text(), extra
       ci_extras = re.search(r"-e '\.\[([\w,]+)\]'", _ci_script())[1].split(",")
       assert set(filter(None, extras.split(","))) <= set(ci_extras), (argv, ci_extras)
-    elif argv[0] == "pytest":
+    elif argv[0] in ("pytest", "npm"):
       assert shlex.join(argv) in _ci_script(), argv
     elif argv[:2] in (["python3", "-m"], [".", ".venv/bin/activate"]):
       assert argv in (["python3", "-m", "venv", ".venv"], [".", ".venv/bin/activate"]), argv

@@ -145,6 +145,7 @@ def exported(tiny_run, tmp_path_factory):
       "fp32": dict(dtype="float32"),
       "bf16": dict(dtype="bfloat16"),
       "gguf": dict(dtype="float32", fmt="gguf"),
+      "gguf_q4_0": dict(dtype="float32", fmt="gguf", quant="q4_0"),
   }.items():
     dirs[name] = hf_export.export_policy(policy, tiny_run, root / name, **kwargs)
   dirs["gguf_file"] = hf_export.export_policy(policy, tiny_run, root / "named" / "policy.gguf",
@@ -412,6 +413,24 @@ def test_gguf_export_reads_back_as_the_merged_weights(exported):
   assert len(pieces) == exported.policy.loaded.tokenizer.vocab_size()
   assert pieces[106] == "<end_of_turn>" and token_types[106] == 3
   assert contents.metadata["tokenizer.chat_template"] == prompts.CHAT_TEMPLATE
+  # What chat front ends stop on: <eos>, and <end_of_turn> as the end of a turn.
+  assert contents.metadata["tokenizer.ggml.eot_token_id"] == 106
+
+
+def test_quantized_gguf_export_keeps_norms_f32_and_the_tied_embedding_q8_0(exported):
+  contents = gguf_reader.read(exported.dirs["gguf_q4_0"] / hf_export.GGUF_FILE)
+  types_by_name = {t.name: t.tensor_type.name for t in contents.tensors}
+  assert types_by_name.pop("token_embd.weight") == "Q8_0"
+  assert {n for n, t in types_by_name.items() if t == "F32"} == {n for n in types_by_name if n.endswith("norm.weight")}
+  assert {t for n, t in types_by_name.items() if not n.endswith("norm.weight")} == {"Q4_0"}
+  assert contents.metadata["general.file_type"] == 2  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_0
+  back = gguf_io.read_tensors(contents)
+  for name, merged in exported.merged.items():
+    if gguf_io.is_norm(name):
+      np.testing.assert_array_equal(back[name], (np.float32(1) + merged) - np.float32(1), err_msg=name)
+    else:  # 4 bits a weight: within the block quantization's bound, and not the same
+      assert 0 < np.abs(back[name] - merged).max() <= np.abs(merged).max() / 7, name
+  assert "saved as Q4_0" in (exported.dirs["gguf_q4_0"] / "README.md").read_text()
 
 
 @pytest.mark.torch
@@ -458,7 +477,34 @@ def test_out_ending_in_gguf_is_the_file_itself(exported):
   assert path.read_bytes() == (exported.dirs["gguf"] / hf_export.GGUF_FILE).read_bytes()
 
 
-@pytest.mark.parametrize("tensor_type", ["F32", "F16", "BF16"])
+def blockwise_bound(x: np.ndarray, tensor_type: str) -> np.ndarray:
+  """Largest error a block quantization may make on each element of `x` ([..., n], n % 32 == 0).
+
+  By hand from llama.cpp's reference quantizers: Q8_0 scales each block of 32 by
+  d = max|x| / 127 and rounds x / d to an integer (error <= d / 2); Q4_0 by
+  d = x_maxabs / -8 to 16 levels, clipped at 15 (error <= |d|). d is stored in
+  float16, whose rounding (2^-11 relative) scales every level: up to 2^-11 of
+  |x| + |d| more.
+  """
+  blocks = x.reshape(-1, 32)
+  amax = np.abs(blocks).max(axis=1, keepdims=True)
+  d = amax / 127 if tensor_type == "Q8_0" else amax / 8
+  step = d / 2 if tensor_type == "Q8_0" else d
+  return (step + (np.abs(blocks) + d) * 2.0**-10).reshape(x.shape)
+
+
+def test_the_command_writes_a_q8_0_gguf(exported, tmp_path, monkeypatch):
+  monkeypatch.setattr(policy_lib, "restore", lambda workdir, mesh, step=None: exported.policy)
+  (tmp_path / "run").mkdir()
+  out = tmp_path / "g-q8_0.gguf"
+  assert export.main(["--workdir", str(tmp_path / "run"), "--out", str(out), "--format", "gguf",
+                      "--quant", "q8_0"]) == 0
+  contents = gguf_reader.read(out)
+  assert contents.metadata["general.file_type"] == 7  # llama.cpp's LLAMA_FTYPE_MOSTLY_Q8_0
+  assert {t.tensor_type.name for t in contents.tensors if not t.name.endswith("norm.weight")} == {"Q8_0"}
+
+
+@pytest.mark.parametrize("tensor_type", ["F32", "F16", "BF16", "Q8_0", "Q4_0"])
 def test_write_gguf_round_trips_through_read_tensors(tmp_path, tensor_type):
   import ml_dtypes  # pylint: disable=g-import-not-at-top
 
@@ -475,18 +521,32 @@ def test_write_gguf_round_trips_through_read_tensors(tmp_path, tensor_type):
   gguf_io.write_gguf(path, tensors, config, vocab, tensor_type=tensor_type, name="t")
   contents = gguf_reader.read(path)
   back = gguf_io.read_tensors(contents)
-  cast = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16}[tensor_type]
+  stored = {t.name: t.tensor_type.name for t in contents.tensors}
   for name, x in tensors.items():
     if gguf_io.is_norm(name):
-      expected = (np.float32(1) + x) - np.float32(1)
+      assert stored[gguf_io.gguf_name(name)] == "F32"
+      np.testing.assert_array_equal(back[name], (np.float32(1) + x) - np.float32(1), err_msg=name)
+    elif tensor_type.startswith("Q"):
+      kind = "Q8_0" if name == "model.embed_tokens.weight" else tensor_type
+      assert stored[gguf_io.gguf_name(name)] == kind, name
+      assert np.all(np.abs(back[name] - x) <= blockwise_bound(x, kind)), name
     else:
-      expected = x.astype(cast).astype(np.float32)
-    np.testing.assert_array_equal(back[name], expected, err_msg=name)
+      cast = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16}[tensor_type]
+      np.testing.assert_array_equal(back[name], x.astype(cast).astype(np.float32), err_msg=name)
   read_config = gguf_io.hf_config_kwargs(contents)
   assert read_config.pop("query_pre_attn_scalar") == config["head_dim"]
   assert read_config == dict(config, rms_norm_eps=float(np.float32(1e-6)))  # GGUF keeps a float32
   assert gguf_io.vocabulary(contents) == vocab
   assert contents.metadata["tokenizer.ggml.unknown_token_id"] == 3
+
+
+def test_a_row_of_partial_blocks_falls_back_to_f16_as_llama_cpps_converter_does():
+  tensors = {"model.layers.0.mlp.down_proj.weight": np.zeros((8, 48), np.float32),
+             "model.layers.0.mlp.up_proj.weight": np.zeros((48, 64), np.float32),
+             "model.norm.weight": np.zeros((64,), np.float32)}
+  assert gguf_io.tensor_types(tensors, "Q8_0") == {
+      "model.layers.0.mlp.down_proj.weight": "F16", "model.layers.0.mlp.up_proj.weight": "Q8_0",
+      "model.norm.weight": "F32"}
 
 
 def test_tokenizer_json_vocabulary_scores_follow_the_merge_order(tmp_path):
@@ -532,6 +592,11 @@ def test_non_empty_out_is_refused_in_one_line(tiny_run, tmp_path):
     (["--workdir", "{run}", "--step", "7"], "step 7"),
     (["--workdir", "{run}", "--max-shard-size", "lots"], "--max-shard-size"),
     (["--workdir", "{run}", "--out", "{run}/hf"], "outside the work directory"),
+    (["--workdir", "{run}", "--format", "gguf", "--quant", "q4_k_m"], "llama-quantize"),
+    (["--workdir", "{run}", "--format", "gguf", "--quant", "Q8"], "--quant='Q8': use one of q8_0, q4_0"),
+    (["--workdir", "{run}", "--quant", "q8_0"], "add --format gguf"),
+    (["--workdir", "{run}", "--format", "gguf", "--quant", "q8_0", "--dtype", "bfloat16"],
+     "drop --dtype bfloat16"),
 ])
 def test_bad_arguments_exit_2_with_one_line(tiny_run, tmp_path, capsys, args, needle):
   (tmp_path / "empty").mkdir()

@@ -2,13 +2,15 @@
 
   gemma-grpo export --workdir runs/gemma3_270m --out exports/gemma3_270m
   gemma-grpo export --workdir runs/gemma3_270m --out exports/g270m-gguf --format gguf
+  gemma-grpo export --workdir runs/gemma3_270m --out exports/g270m-q8_0.gguf --format gguf --quant q8_0
 
 `--format hf` writes a text-only Gemma3ForCausalLM directory: safetensors
 (sharded with an index above --max-shard-size), config.json,
 generation_config.json, the run's tokenizer carrying the training chat
 template, and a README.md model card. `--format gguf` writes one GGUF file
 for llama.cpp: the file itself when --out ends in .gguf, else model.gguf and the
-model card in the --out directory.
+model card in the --out directory; --quant q8_0 or q4_0 quantizes it as llama.cpp
+does (norms in F32, the tied embedding in Q8_0).
 
 LoRA is merged in float32 before any cast (lora.merged_params: W' = W +
 (alpha / r) * A·B in W's axes).
@@ -31,6 +33,7 @@ from gemma_grpo.runtime import metrics as metrics_lib
 
 FORMATS = export_formats.FORMATS
 DTYPES = export_formats.DTYPES
+QUANTS = export_formats.QUANTS
 
 # Names this module had before the export moved to the library, still here.
 _MOVED = {
@@ -62,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--dtype", choices=DTYPES, default="float32", help="saved weight dtype (cast after merging)")
   parser.add_argument("--format", choices=FORMATS, default="hf", dest="fmt",
                       help="hf: safetensors directory; gguf: one GGUF file for llama.cpp")
+  # Not argparse `choices`: a bad value gets the one-line error that names the fix (K-quants).
+  parser.add_argument("--quant", metavar="|".join(QUANTS),
+                      help="quantize the GGUF (--format gguf): q8_0 (8-bit, near float32) or q4_0;"
+                           " norms stay F32")
   parser.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard (hf)")
   parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
   parser.add_argument("--push-to-hub", metavar="REPO_ID",
@@ -74,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_export.export(args.workdir, args.out, step=args.step, dtype=args.dtype, fmt=args.fmt,
                      max_shard_size=args.max_shard_size, overwrite=args.overwrite,
-                     push_to_hub_repo=args.push_to_hub)
+                     push_to_hub_repo=args.push_to_hub, quant=args.quant)
   return 0
 
 

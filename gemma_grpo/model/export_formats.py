@@ -5,3 +5,6 @@ Kept free of heavy imports so that `gemma-grpo export --help` lists them at once
 
 FORMATS = ("hf", "gguf")  # hf: a safetensors directory; gguf: one file for llama.cpp
 DTYPES = ("float32", "bfloat16")  # the saved weights' dtype, cast after merging in float32
+# GGUF block quantizations, by llama.cpp's names: the ones gguf-py can write. K-quants
+# (q4_k_m, ...) it can only read: llama.cpp's llama-quantize makes them from the float32 file.
+QUANTS = ("q8_0", "q4_0")

@@ -229,7 +229,43 @@ def convert_to_hf_dir(gguf_path: str | os.PathLike, out_dir: str | os.PathLike):
 # --- Writing: HF tensors and config -> a Gemma-3 GGUF file for llama.cpp ----
 
 _NORMAL, _BYTE = 1, 6  # sentencepiece / GGUF token types (see gguf.TokenType)
-GGUF_TENSOR_TYPES = ("F32", "F16", "BF16")
+GGUF_TENSOR_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0")
+_FILE_TYPES = {
+    "F32": gguf.LlamaFileType.ALL_F32,
+    "F16": gguf.LlamaFileType.MOSTLY_F16,
+    "BF16": gguf.LlamaFileType.MOSTLY_BF16,
+    "Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+    "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+}
+END_OF_TURN = "<end_of_turn>"  # Gemma's end of a chat turn (id 106): llama.cpp's EOT token
+
+
+def tensor_types(tensors: dict[str, np.ndarray], file_type: str) -> dict[str, str]:
+  """The GGML type each HF-named tensor is stored in, for a file of `file_type`.
+
+  The choices of llama.cpp's own converter and llama-quantize: norms stay F32
+  (1-D tensors, which its converter never quantizes); a quantized type needs
+  whole blocks along a row, else the tensor falls back to F16 as
+  convert_hf_to_gguf.py does. Gemma ties the output head to the embedding;
+  llama-quantize keeps that one tensor at 6 bits (Q6_K) under 4-bit types, a
+  type gguf-py cannot write, so it is Q8_0 here, as llama-quantize also
+  chooses where Q6_K's blocks do not fit.
+  """
+  if file_type not in GGUF_TENSOR_TYPES:
+    raise ValueError(f"file_type={file_type!r}: use one of {GGUF_TENSOR_TYPES}")
+  types = {}
+  for name, array in tensors.items():
+    kind = file_type
+    if is_norm(name):
+      kind = "F32"
+    elif name == "model.embed_tokens.weight" and file_type == "Q4_0":
+      kind = "Q8_0"
+    if kind.startswith("Q"):
+      block, _ = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[kind]]
+      if array.shape[-1] % block:
+        kind = "F16"
+    types[name] = kind
+  return types
 
 
 def sentencepiece_vocabulary(model_file: str | os.PathLike):
@@ -297,19 +333,15 @@ def write_gguf(
   """Writes HF-named, HF-layout float32 tensors as a gemma3 GGUF file.
 
   The inverse of `read_tensors` and `hf_config_kwargs`: norms are stored as
-  1 + w in F32, every other tensor in `tensor_type`; numpy's [out, in] is
-  written as GGUF dims [in, out] (llama.cpp's order), so `read_tensors` gives
-  the tensors back. `config` is an HF Gemma3TextConfig dict.
+  1 + w in F32, every other tensor as `tensor_types` picks for `tensor_type`
+  (F32, F16, BF16, or the block quantizations Q8_0 and Q4_0); numpy's
+  [out, in] is written as GGUF dims [in, out] (llama.cpp's order), so
+  `read_tensors` gives the tensors back. `config` is an HF Gemma3TextConfig
+  dict. The chat template and <end_of_turn> as the end-of-turn token go into
+  the metadata, so that chat front ends format turns and stop by themselves.
   """
 
-  if tensor_type not in GGUF_TENSOR_TYPES:
-    raise ValueError(f"tensor_type={tensor_type!r}: use one of {GGUF_TENSOR_TYPES}")
-  qtype = gguf.GGMLQuantizationType[tensor_type]
-  file_type = {
-      "F32": gguf.LlamaFileType.ALL_F32,
-      "F16": gguf.LlamaFileType.MOSTLY_F16,
-      "BF16": gguf.LlamaFileType.MOSTLY_BF16,
-  }[tensor_type]
+  kinds = tensor_types(tensors, tensor_type)
   pieces, scores, types = vocab
   if len(pieces) != config["vocab_size"]:
     raise ValueError(
@@ -324,7 +356,7 @@ def write_gguf(
   if name:
     writer.add_name(name)
   writer.add_license("gemma")
-  writer.add_file_type(int(file_type))
+  writer.add_file_type(int(_FILE_TYPES[tensor_type]))
   writer.add_context_length(int(config["max_position_embeddings"]))
   writer.add_embedding_length(int(config["hidden_size"]))
   writer.add_block_count(int(config["num_hidden_layers"]))
@@ -351,6 +383,9 @@ def write_gguf(
   if "<unk>" in pieces:
     writer.add_unk_token_id(pieces.index("<unk>"))
   writer.add_pad_token_id(int(config["pad_token_id"]))
+  if END_OF_TURN in pieces:
+    # llama.cpp ends generation at EOS and EOT; without this key it guesses EOT from the piece's text.
+    writer.add_eot_token_id(pieces.index(END_OF_TURN))
   writer.add_add_bos_token(True)
   writer.add_add_sep_token(False)
   writer.add_add_eos_token(False)
@@ -362,12 +397,13 @@ def write_gguf(
   for hf, array in tensors.items():
     array = np.asarray(array, dtype=np.float32)
     if is_norm(hf):
-      writer.add_tensor(gguf_name(hf), np.float32(1.0) + array)
-    elif qtype == gguf.GGMLQuantizationType.F32:
+      array = np.float32(1.0) + array
+    kind = gguf.GGMLQuantizationType[kinds[hf]]
+    if kind == gguf.GGMLQuantizationType.F32:
       writer.add_tensor(gguf_name(hf), np.ascontiguousarray(array))
     else:
-      data = gguf.quants.quantize(np.ascontiguousarray(array), qtype)
-      writer.add_tensor(gguf_name(hf), data, raw_dtype=qtype)
+      data = gguf.quants.quantize(np.ascontiguousarray(array), kind)
+      writer.add_tensor(gguf_name(hf), data, raw_dtype=kind)
   writer.write_header_to_file()
   writer.write_kv_data_to_file()
   writer.write_tensors_to_file()

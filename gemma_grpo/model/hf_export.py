@@ -41,6 +41,7 @@ from gemma_grpo.tasks import prompts
 
 FORMATS = export_formats.FORMATS
 DTYPES = export_formats.DTYPES
+QUANTS = export_formats.QUANTS
 GGUF_FILE = model_card.GGUF_FILE
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -144,13 +145,29 @@ def gguf_vocabulary(tokenizer_dir: pathlib.Path):
 # --- Output directory ------------------------------------------------------------
 
 
+def check_quant(quant: str | None, *, fmt: str, dtype: str) -> None:
+  """Raises UserError unless `quant` is None or a quantization this export writes."""
+  if quant is None:
+    return
+  if quant not in QUANTS:
+    raise errors.UserError(
+        f"--quant={quant!r}: use one of {', '.join(QUANTS)} (for K-quants such as q4_k_m, run"
+        " llama.cpp's llama-quantize on the float32 GGUF: gguf-py cannot write them)")
+  if fmt != "gguf":
+    raise errors.UserError(f"--quant={quant}: only a GGUF is quantized; add --format gguf")
+  if dtype != "float32":
+    raise errors.UserError(
+        f"--quant={quant}: quantizes the float32 merge; drop --dtype {dtype}")
+
+
 def check_options(workdir: pathlib.Path, out: pathlib.Path, *, dtype: str, fmt: str,
-                  max_shard_size: str, overwrite: bool) -> None:
+                  max_shard_size: str, overwrite: bool, quant: str | None = None) -> None:
   """Raises UserError for bad options or an `out` that would clobber something."""
   if dtype not in DTYPES:
     raise errors.UserError(f"--dtype={dtype!r}: use one of {DTYPES}")
   if fmt not in FORMATS:
     raise errors.UserError(f"--format={fmt!r}: use one of {FORMATS}")
+  check_quant(quant, fmt=fmt, dtype=dtype)
   parse_size(max_shard_size)
   w, o = (out.resolve(), out.resolve()) if storage.is_remote(workdir) else (
       pathlib.Path(workdir).resolve(), out.resolve())
@@ -198,32 +215,38 @@ def export_hf(policy, workdir: pathlib.Path, out_dir: pathlib.Path, *,
   return files + ["README.md"]
 
 
+def gguf_tensor_type(dtype: str, quant: str | None) -> str:
+  """The GGUF file type of `--dtype` and `--quant`: F32, BF16, Q8_0 or Q4_0."""
+  return quant.upper() if quant else {"float32": "F32", "bfloat16": "BF16"}[dtype]
+
+
 def export_gguf(policy, workdir: pathlib.Path, out_dir: pathlib.Path, *,
-                dtype: str = "float32") -> list[str]:
+                dtype: str = "float32", quant: str | None = None) -> list[str]:
   """Writes the merged policy into `out_dir` as one GGUF file (and a card)."""
   tensors = hf_layout.merged_tensors(policy)
   config = hf_layout.text_config(policy, tensors, dtype)
+  tensor_type = gguf_tensor_type(dtype, quant)
   gguf_io.write_gguf(
       out_dir / GGUF_FILE, tensors, config.to_dict(),
       gguf_vocabulary(pathlib.Path(policy.loaded.tokenizer_dir)),
-      tensor_type={"float32": "F32", "bfloat16": "BF16"}[dtype],
+      tensor_type=tensor_type,
       name=f"{model_card.base_model_id(policy.config.model.source) or 'gemma-3'} GRPO step {policy.step}",
       chat_template=prompts.CHAT_TEMPLATE,
   )
-  (out_dir / "README.md").write_text(model_card.write(policy, workdir, "gguf", dtype))
+  (out_dir / "README.md").write_text(model_card.write(policy, workdir, "gguf", tensor_type))
   return [GGUF_FILE, "README.md"]
 
 
 def export_policy(policy, workdir: str | os.PathLike, out: str | os.PathLike, *,
                   dtype: str = "float32", fmt: str = "hf", max_shard_size: str = "2GB",
-                  overwrite: bool = False) -> pathlib.Path:
+                  overwrite: bool = False, quant: str | None = None) -> pathlib.Path:
   """Exports a restored policy to `out`, all or nothing.
 
   Built in a temporary sibling of `out` and renamed into place at the end.
   """
   workdir, out = storage.path(workdir), pathlib.Path(out).expanduser().absolute()
   check_options(workdir, out, dtype=dtype, fmt=fmt, max_shard_size=max_shard_size,
-                overwrite=overwrite)
+                overwrite=overwrite, quant=quant)
   out.parent.mkdir(parents=True, exist_ok=True)
   tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
   try:
@@ -233,7 +256,7 @@ def export_policy(policy, workdir: str | os.PathLike, out: str | os.PathLike, *,
     if fmt == "hf":
       files = export_hf(policy, workdir, tmp, dtype=dtype, max_shard_size=max_shard_size)
     else:
-      files = export_gguf(policy, workdir, tmp, dtype=dtype)
+      files = export_gguf(policy, workdir, tmp, dtype=dtype, quant=quant)
     if fmt == "gguf" and out.suffix.lower() == ".gguf":
       # `--out model.gguf` names the file itself, as llama.cpp's tools expect;
       # the model card only comes with a directory.
@@ -244,25 +267,26 @@ def export_policy(policy, workdir: str | os.PathLike, out: str | os.PathLike, *,
   finally:
     if tmp.exists():
       shutil.rmtree(tmp)
-  logging.info("exported step %d to %s (%s, %s): %s", policy.step, out, fmt, dtype, ", ".join(files))
+  logging.info("exported step %d to %s (%s, %s): %s", policy.step, out, fmt, quant or dtype, ", ".join(files))
   return out
 
 
 def export(workdir: str | os.PathLike, out: str | os.PathLike, *, step: int | None = None,
            dtype: str = "float32", fmt: str = "hf", max_shard_size: str = "2GB",
-           overwrite: bool = False, push_to_hub_repo: str | None = None) -> pathlib.Path:
+           overwrite: bool = False, push_to_hub_repo: str | None = None,
+           quant: str | None = None) -> pathlib.Path:
   """Restores `workdir`'s policy at `step`, merges it and writes `out`."""
   workdir = storage.path(workdir)
   if not workdir.is_dir():
     raise errors.UserError(f"--workdir {workdir}: no such directory")
   # Every check that needs no model runs before the (slow) restore.
   check_options(workdir, pathlib.Path(out).expanduser().absolute(), dtype=dtype, fmt=fmt,
-                max_shard_size=max_shard_size, overwrite=overwrite)
+                max_shard_size=max_shard_size, overwrite=overwrite, quant=quant)
 
   policy = policy_lib.restore(workdir, mesh_lib.make_mesh(config_lib.defaults().mesh), step)
   logging.info("restored step %d of %s", policy.step, workdir)
   out = export_policy(policy, workdir, out, dtype=dtype, fmt=fmt,
-                      max_shard_size=max_shard_size, overwrite=overwrite)
+                      max_shard_size=max_shard_size, overwrite=overwrite, quant=quant)
   if push_to_hub_repo:
     url = hub.push_folder(out, push_to_hub_repo)
     logging.info("pushed %s to %s (private)", out, url)

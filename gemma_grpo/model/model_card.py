@@ -65,7 +65,11 @@ def _fmt(value) -> str:
 
 
 def write(policy, workdir: pathlib.Path, fmt: str, dtype: str) -> str:
-  """README.md: what the model is, how it was trained, how to load it."""
+  """README.md: what the model is, how it was trained, how to load it.
+
+  `dtype` is how the weights are stored: float32 or bfloat16, or for a GGUF
+  its file type (F32, BF16, Q8_0, Q4_0).
+  """
   c, step = policy.config, policy.step
   base = base_model_id(c.model.source)
   lines = ["---", "license: gemma", "library_name: transformers" if fmt == "hf" else "library_name: gguf",
@@ -143,8 +147,10 @@ def write(policy, workdir: pathlib.Path, fmt: str, dtype: str) -> str:
     ]
   else:
     lines += ["## Use with llama.cpp", "", "```",
-              f"llama-cli -m {GGUF_FILE} -p \"<question>\" --temp 0",
-              "```", "", "Stop on `<end_of_turn>` (id 106) as well as `<eos>`.", ""]
+              f"llama-cli -m {GGUF_FILE} -cnv --temp 0",
+              "```", "", "The file carries the chat template above and `<end_of_turn>` (id 106) as"
+              " its end-of-turn token, so llama.cpp's chat modes (llama-cli, llama-server) format"
+              " the turns and stop at the end of the model's turn by themselves.", ""]
   lines += ["## Licence", "",
             "Gemma is provided under and subject to the Gemma Terms of Use found at "
             f"{LICENSE_URL}. This derivative is distributed under the same terms.", ""]
