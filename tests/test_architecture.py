@@ -18,7 +18,7 @@ LAYERS = (
     ("model",),  # Gemma-3 for RL, loading, the tokenizer, LoRA, a run's policy
     ("tasks",),  # problems, prompts, answers, rewards, tools, scores
     ("runtime",),  # mesh, processes, storage, the lease, checkpoints, metrics
-    ("config", "errors", "seam", "storage", "user_code", "moved_modules"),
+    ("config", "errors", "seam", "storage", "user_code"),
 )
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 

@@ -27,7 +27,7 @@ def test_a_phase_line_says_what_was_done_and_how_long_it_took(caplog):
 
 def test_seconds_count_from_process_start_not_from_import():
   code = ("import time; time.sleep(1.5)\n"
-          "from gemma_grpo import console\n"
+          "from gemma_grpo.runtime import console\n"
           "print(console.seconds_since_start())")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
   assert float(out.stdout) >= 1.5

@@ -355,7 +355,7 @@ def test_multimodal_checkpoint_exports_its_text_model_unchanged(hf_layouts):
   its language_model tensors under Gemma3ForCausalLM names, the vision tower
   dropped."""
   import safetensors.numpy  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.commands import export  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import hf_layout  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
@@ -363,7 +363,7 @@ def test_multimodal_checkpoint_exports_its_text_model_unchanged(hf_layouts):
   mesh = mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))
   c = _model_config(str(layout), hf_layouts)
   c.dtype = "float32"
-  exported = export.to_hf(lora.merged_params(model_loading.build(c, mesh).model, 1.0))
+  exported = hf_layout.to_hf(lora.merged_params(model_loading.build(c, mesh).model, 1.0))
   original = {}
   for path in layout.glob("*.safetensors"):
     original.update(safetensors.numpy.load_file(path))

@@ -10,7 +10,7 @@ from configs import base
 from gemma_grpo.model import lora
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.model import model_loading
-from gemma_grpo.commands import sft
+from gemma_grpo.rl import sft
 from gemma_grpo.rl import trainers
 
 

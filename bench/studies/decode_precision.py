@@ -74,12 +74,13 @@ def bytes_per_token(actor, screened: dict[str, bool]) -> dict[str, int]:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
+  from gemma_grpo.rl import decode_layers  # pylint: disable=g-import-not-at-top
   from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
 
   out = {}
   for name in DTYPES:
     dtype = rollout.DECODE_DTYPES[name]
-    weights = jax.eval_shape(lambda: rollout.decode_weights(actor, 1.0, dtype))  # pylint: disable=cell-var-from-loop
+    weights = jax.eval_shape(lambda: decode_layers.decode_weights(actor, 1.0, dtype))  # pylint: disable=cell-var-from-loop
     layer_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(weights))
     head = actor.embedder.input_embedding.value
     head_dtype = jnp.bfloat16 if screened[name] else dtype

@@ -19,22 +19,11 @@ the training itself: gemma_grpo.rl.sft.
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import ml_collections
 
 from gemma_grpo.commands import command
-
-# Names this module had before the training moved to the library, still here.
-_MOVED = dict.fromkeys(("target_text", "encode_examples", "loss_fn", "batches"), "gemma_grpo.rl.sft")
-
-
-def __getattr__(name: str):
-  if name in _MOVED:
-    return getattr(importlib.import_module(_MOVED[name]), name)
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   """Runs supervised LoRA training on a validated config; returns the exit code."""

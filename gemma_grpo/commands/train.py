@@ -13,24 +13,12 @@ the run itself: gemma_grpo.rl.training_run.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
 import ml_collections
 
 from gemma_grpo.commands import command
-
-# Names this module had before the run moved to the library, still here.
-_MOVED = dict.fromkeys(("Start", "preflight", "check_tools", "heldout_summary"),
-                       "gemma_grpo.rl.training_run")
-
-
-def __getattr__(name: str):
-  if name in _MOVED:
-    return getattr(importlib.import_module(_MOVED[name]), name)
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 def train(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> int:
   """Trains a validated config until `c.train.max_steps`; returns the exit code."""

@@ -5,3 +5,4 @@ Kept free of heavy imports so that `gemma-grpo export --help` lists them at once
 
 FORMATS = ("hf", "gguf")  # hf: a safetensors directory; gguf: one file for llama.cpp
 DTYPES = ("float32", "bfloat16")  # the saved weights' dtype, cast after merging in float32
+GGUF_FILE = "model.gguf"  # the one file a gguf export writes, beside its README.md

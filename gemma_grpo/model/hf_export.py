@@ -39,9 +39,6 @@ from gemma_grpo.runtime import hub
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.tasks import prompts
 
-FORMATS = export_formats.FORMATS
-DTYPES = export_formats.DTYPES
-GGUF_FILE = model_card.GGUF_FILE
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 _SPECIAL_TOKENS = {"bos": "<bos>", "eos": "<eos>", "pad": "<pad>", "unk": "<unk>"}
@@ -147,10 +144,10 @@ def gguf_vocabulary(tokenizer_dir: pathlib.Path):
 def check_options(workdir: pathlib.Path, out: pathlib.Path, *, dtype: str, fmt: str,
                   max_shard_size: str, overwrite: bool) -> None:
   """Raises UserError for bad options or an `out` that would clobber something."""
-  if dtype not in DTYPES:
-    raise errors.UserError(f"--dtype={dtype!r}: use one of {DTYPES}")
-  if fmt not in FORMATS:
-    raise errors.UserError(f"--format={fmt!r}: use one of {FORMATS}")
+  if dtype not in export_formats.DTYPES:
+    raise errors.UserError(f"--dtype={dtype!r}: use one of {export_formats.DTYPES}")
+  if fmt not in export_formats.FORMATS:
+    raise errors.UserError(f"--format={fmt!r}: use one of {export_formats.FORMATS}")
   parse_size(max_shard_size)
   w, o = (out.resolve(), out.resolve()) if storage.is_remote(workdir) else (
       pathlib.Path(workdir).resolve(), out.resolve())
@@ -204,14 +201,14 @@ def export_gguf(policy, workdir: pathlib.Path, out_dir: pathlib.Path, *,
   tensors = hf_layout.merged_tensors(policy)
   config = hf_layout.text_config(policy, tensors, dtype)
   gguf_io.write_gguf(
-      out_dir / GGUF_FILE, tensors, config.to_dict(),
+      out_dir / export_formats.GGUF_FILE, tensors, config.to_dict(),
       gguf_vocabulary(pathlib.Path(policy.loaded.tokenizer_dir)),
       tensor_type={"float32": "F32", "bfloat16": "BF16"}[dtype],
       name=f"{model_card.base_model_id(policy.config.model.source) or 'gemma-3'} GRPO step {policy.step}",
       chat_template=prompts.CHAT_TEMPLATE,
   )
   (out_dir / "README.md").write_text(model_card.write(policy, workdir, "gguf", dtype))
-  return [GGUF_FILE, "README.md"]
+  return [export_formats.GGUF_FILE, "README.md"]
 
 
 def export_policy(policy, workdir: str | os.PathLike, out: str | os.PathLike, *,
@@ -237,7 +234,7 @@ def export_policy(policy, workdir: str | os.PathLike, out: str | os.PathLike, *,
     if fmt == "gguf" and out.suffix.lower() == ".gguf":
       # `--out model.gguf` names the file itself, as llama.cpp's tools expect;
       # the model card only comes with a directory.
-      _publish(tmp / GGUF_FILE, out)
+      _publish(tmp / export_formats.GGUF_FILE, out)
       files = [out.name]
     else:
       _publish(tmp, out)

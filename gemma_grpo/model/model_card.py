@@ -9,12 +9,12 @@ from typing import Any
 
 from absl import logging
 
+from gemma_grpo.model import export_formats
 from gemma_grpo.tasks import data as data_lib
 from gemma_grpo.tasks import prompts
 
 OFFLINE_BASE = "google/gemma-3-270m"
 LICENSE_URL = "https://ai.google.dev/gemma/terms"
-GGUF_FILE = "model.gguf"  # the file a GGUF export writes (export.GGUF_FILE)
 
 
 def base_model_id(source: str) -> str | None:
@@ -143,7 +143,7 @@ def write(policy, workdir: pathlib.Path, fmt: str, dtype: str) -> str:
     ]
   else:
     lines += ["## Use with llama.cpp", "", "```",
-              f"llama-cli -m {GGUF_FILE} -p \"<question>\" --temp 0",
+              f"llama-cli -m {export_formats.GGUF_FILE} -p \"<question>\" --temp 0",
               "```", "", "Stop on `<end_of_turn>` (id 106) as well as `<eos>`.", ""]
   lines += ["## Licence", "",
             "Gemma is provided under and subject to the Gemma Terms of Use found at "

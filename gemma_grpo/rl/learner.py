@@ -29,23 +29,6 @@ from gemma_grpo.tasks import data as data_lib
 
 Mode = rl_cluster_lib.Mode
 
-# Names that callers (train, plan, tests) import from this module; each lives
-# in the module that does its job.
-AlgoConfig = algorithms.AlgoConfig
-algo_config = algorithms.algo_config
-loss_metrics = algorithms.loss_metrics
-wire_loss = algorithms.wire_loss
-has_signal = dynamic_sampling.has_signal
-Selection = dynamic_sampling.Selection
-select_groups = dynamic_sampling.select_groups
-refill_batch = dynamic_sampling.refill_batch
-overlong_penalty = rollout_rounds.overlong_penalty
-logps_program = batch_logps.logps_program
-behaviour_logps = train_examples.behaviour_logps
-train_example_like = train_examples.train_example_like
-wants_sampler_logps = train_examples.wants_sampler_logps
-example_columns = train_examples.example_columns
-
 
 class Learner(tunix_learner.StepLearner):
   """Tunix's GRPO learner with our rollout step; see the module docstring.
@@ -62,7 +45,7 @@ class Learner(tunix_learner.StepLearner):
     super().__init__(*args, **kwargs)
     cfg = self.algo_config
     if not isinstance(cfg, algorithms.AlgoConfig):
-      raise TypeError("Learner needs learner.algo_config(c.grpo), an AlgoConfig")
+      raise TypeError("Learner needs algorithms.algo_config(c.grpo), an AlgoConfig")
     if self.metric_fns:
       raise ValueError("metric_fns are not supported; add metrics in rollout_rounds.diagnostics")
     if cfg.dynamic_sampling and cfg.max_resample_rounds and not refill_problems:

@@ -73,11 +73,6 @@ from gemma_grpo.tasks import tools as tools_lib
 # The dtypes that config.DECODE_DTYPES names (bench/studies/decode_precision.py reads this too).
 DECODE_DTYPES = {name: getattr(jnp, name) for name in config_lib.DECODE_DTYPES}
 
-# Where these lived before the engine was split; benchmarks and studies read them here.
-Sampling = sampling_lib.Sampling
-decode_weights = decode_layers.decode_weights
-_project = decode_dots.project  # bench/studies/lm_head.py
-
 
 @functools.partial(jax.jit, static_argnames=("lora_scale", "rows_per_prompt", "pad_id",
                                              "sampling", "decode_dtype", "screened"))

@@ -31,6 +31,7 @@ from gemma_grpo.model import lora
 from gemma_grpo.model import model_loading
 from gemma_grpo.model import policy as policy_lib
 from gemma_grpo.model import tokenizer as tokenizer_lib
+from gemma_grpo.rl import algorithms
 from gemma_grpo.rl import cluster as cluster_lib
 from gemma_grpo.rl import learner as learner_lib
 from gemma_grpo.rl import multi_turn
@@ -133,7 +134,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop: guards.StopSignal) 
   trainer = cluster.actor_trainer
   learner = learner_lib.Learner(
       rl_cluster=cluster,
-      algo_config=learner_lib.algo_config(c.grpo),
+      algo_config=algorithms.algo_config(c.grpo),
       reward_fns=guards.finite_rewards(
           rewards.from_config(c.rewards),
           current_step=lambda: trainer.train_steps + 1,

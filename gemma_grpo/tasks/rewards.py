@@ -144,9 +144,6 @@ def is_partially_correct(completion: Any, gold: Any) -> bool:
   return grade_answer(completion, gold) in _PARTIAL
 
 
-# Re-exported so the evaluation reads every per-completion judgement here.
-has_exact_format = answers.has_exact_format
-
 
 def score_completion(completion: Any, gold: Any) -> dict[str, Any]:
   """What the evaluation reports about one completion.
