@@ -29,8 +29,8 @@ from gemma_grpo import errors
 from gemma_grpo import storage
 from gemma_grpo.model import hf_export
 from gemma_grpo.model import policy as policy_lib
-from gemma_grpo.rl import evaluation
-from gemma_grpo.rl import training_run
+from gemma_grpo.rl.eval import evaluation
+from gemma_grpo.rl.run import training_run
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.runtime import metrics as metrics_lib
 from gemma_grpo.runtime import workdir_lock

@@ -1,4 +1,4 @@
-"""Tests for gemma_grpo.rl.algorithms: the table of algorithms and its settings."""
+"""Tests for gemma_grpo.rl.learner.algorithms: the table of algorithms and its settings."""
 
 import ml_collections
 import numpy as np
@@ -7,7 +7,7 @@ from tunix.rl import function_registry
 
 from configs import base
 from gemma_grpo import config as config_lib
-from gemma_grpo.rl import algorithms
+from gemma_grpo.rl.learner import algorithms
 
 
 def grpo_section(**overrides) -> ml_collections.ConfigDict:

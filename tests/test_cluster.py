@@ -8,16 +8,16 @@ import pytest
 from flax import nnx
 from tunix.rl.rl_cluster import Role
 
-from gemma_grpo.rl import algorithms
-from gemma_grpo.rl import cluster as cluster_lib
+from gemma_grpo.rl.learner import algorithms
+from gemma_grpo.rl.run import cluster as cluster_lib
 from gemma_grpo import config as config_lib
 from gemma_grpo.tasks import data as data_lib
-from gemma_grpo.rl import learner as learner_lib
+from gemma_grpo.rl.learner import learner as learner_lib
 from gemma_grpo.model import lora
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.runtime import metrics as metrics_lib
 from gemma_grpo.model import model_loading
-from gemma_grpo.rl import optim
+from gemma_grpo.rl.run import optim
 from gemma_grpo.tasks import rewards
 from gemma_grpo.model import tokenizer as tokenizer_lib
 from gemma_grpo.seam import jax_mesh

@@ -193,7 +193,7 @@ def test_offline_270m_matches_transformers(offline_270m):
 @pytest.mark.slow
 def test_bfloat16_products_keep_the_270m_log_probs_close(offline_270m):
   """model.matmul_dtype=bfloat16 on the real weights: the log-probs the loss reads move little."""
-  from gemma_grpo.rl import logprobs  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.learner import logprobs  # pylint: disable=g-import-not-at-top
 
   loaded, mesh = offline_270m
   mixed = nnx.merge(*nnx.split(loaded.model))
@@ -221,7 +221,7 @@ def test_gemma3_1b_builds_up_to_the_weights():
   """configs/gemma3_1b.py end to end without downloading: abstract 1B + LoRA."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.run import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
 
   c = config_lib.load("configs/gemma3_1b.py")

@@ -13,7 +13,7 @@ from gemma_grpo.runtime import guards
 from gemma_grpo.runtime import metrics
 from gemma_grpo.model import policy as policy_lib
 from gemma_grpo.tasks import prompts
-from gemma_grpo.rl import sft
+from gemma_grpo.sft import sft
 
 
 class CharTokenizer:

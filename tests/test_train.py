@@ -158,7 +158,7 @@ def test_nothing_compiles_after_the_first_step(tmp_path, overrides):
   proc = run_python(f"""
 import json, logging, threading
 import jax
-from gemma_grpo.rl import step_hooks
+from gemma_grpo.rl.run import step_hooks
 from gemma_grpo.commands import train
 jax.config.update("jax_log_compiles", True)
 state = {{"steps_done": 0, "late": [], "train_step": []}}

@@ -96,7 +96,7 @@ def defaults() -> ml_collections.ConfigDict:
   })
 
   c.grpo = ml_collections.ConfigDict()
-  # grpo | dapo | dr_grpo | gspo (formulas: gemma_grpo/rl/losses.py). Full DAPO:
+  # grpo | dapo | dr_grpo | gspo (formulas: gemma_grpo/rl/learner/losses.py). Full DAPO:
   # algorithm=dapo, beta=0, overlong_buffer > 0, dynamic_sampling=True.
   c.grpo.algorithm = "grpo"
   c.grpo.num_generations = 2  # G: completions per prompt
@@ -122,7 +122,7 @@ def defaults() -> ml_collections.ConfigDict:
   # min(pi_trainer / pi_sampler, C), a probability ratio (unitless), which
   # corrects for a rollout engine whose log-probs differ from the trainer's
   # (bfloat16, other kernels); TRL and verl cap at 2-3. 0 = off (formulas:
-  # gemma_grpo/rl/losses.py). On, the sampler's log-probs are always requested,
+  # gemma_grpo/rl/learner/losses.py). On, the sampler's log-probs are always requested,
   # which turns rollout.screen_lm_head off.
   c.grpo.tis_cap = 0.0
 
@@ -139,7 +139,7 @@ def defaults() -> ml_collections.ConfigDict:
   # strings): the rest is neither scored nor trained. For base models that
   # never emit <end_of_turn> (e.g. "</answer>"); training and eval alike. "" = off.
   c.rollout.stop_text = ""
-  # "grouped": ours (gemma_grpo/rl/rollout.py): one prefill per prompt group,
+  # "grouped": ours (gemma_grpo/rl/engine/rollout.py): one prefill per prompt group,
   # decoding on merged weights; "tunix": Tunix's vanilla sampler.
   c.rollout.engine = "grouped"
   # Precision of the grouped engine's decode weights and LM head: "bfloat16"
@@ -152,12 +152,12 @@ def defaults() -> ml_collections.ConfigDict:
   # The grouped engine's float32 LM head under top-k or greedy decoding: "auto"
   # ranks the vocabulary with a bfloat16 copy, rescores the best candidates in
   # float32 and proves the top-k is among them, so tokens come from the float32
-  # logits (gemma_grpo/rl/rollout.py); on where it measured faster (CPUs with
+  # logits (gemma_grpo/rl/engine/rollout.py); on where it measured faster (CPUs with
   # AMX; not an AVX512_BF16 CPU without AMX; not yet GPUs or TPUs, where it was
   # not measured). "on" / "off" force it.
   c.rollout.screen_lm_head = "auto"
   # Tools the policy may call inside a completion, multi-turn
-  # (gemma_grpo/rl/multi_turn.py): built-in names ("calculator") or your own
+  # (gemma_grpo/rl/engine/multi_turn.py): built-in names ("calculator") or your own
   # "module:function", f(arguments: str) -> str, comma-separated; "" = none.
   # A call is "<tool_call>name: arguments</tool_call>"; its result is fed back
   # as "<tool_result>...</tool_result>", read by the model, never trained on.

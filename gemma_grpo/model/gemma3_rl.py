@@ -52,6 +52,19 @@ from tunix.utils import sharding_utils
 from gemma_grpo.seam import tunix_gemma3
 
 
+def positions_and_mask(tokens_BxL: jax.Array, pad_id: int):
+  """The model's inputs for left-padded tokens: positions that skip the padding, and the causal mask that hides it.
+
+  The rollout engine, the log-prob pass and SFT all feed batches this way.
+  """
+  valid_BxL = tokens_BxL != pad_id
+  positions_BxL = jnp.maximum(jnp.cumsum(valid_BxL, axis=-1) - 1, 0)
+  length = tokens_BxL.shape[1]
+  causal_LxL = jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))
+  mask_BxLxL = causal_LxL[None] & valid_BxL[:, None, :]
+  return positions_BxL, mask_BxLxL
+
+
 class Gemma3(gemma3.Gemma3):
   """Tunix's Gemma3, plus last-token-only decoding and hidden states."""
 

@@ -23,14 +23,14 @@ import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.sft import sharding_utils
 
-from gemma_grpo.rl import algorithms
-from gemma_grpo.rl import batch_logps
-from gemma_grpo.rl import cluster as cluster_lib
 from gemma_grpo import config as config_lib
-from gemma_grpo.rl import rollout as rollout_lib
-from gemma_grpo.rl import train_examples
-from gemma_grpo.rl import trainers
 from gemma_grpo.plan import shapes
+from gemma_grpo.rl.engine import rollout as rollout_lib
+from gemma_grpo.rl.learner import algorithms
+from gemma_grpo.rl.learner import batch_logps
+from gemma_grpo.rl.learner import train_examples
+from gemma_grpo.rl.run import cluster as cluster_lib
+from gemma_grpo.rl.run import trainers
 from gemma_grpo.seam import jax_mesh
 from gemma_grpo.seam import tunix_trainer
 

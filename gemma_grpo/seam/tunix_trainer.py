@@ -1,6 +1,6 @@
 """Touch 3: Tunix's PeftTrainer, with the model donated to its jitted step.
 
-`DonatesModel` (mixed into rl/trainers' classes) re-implements
+`DonatesModel` (mixed into rl/run/trainers' classes) re-implements
 PeftTrainer.jit_train_and_eval_step (reading _jitted_train_step_fn,
 _jitted_eval_step_fn, _shard_optimizer and the mesh context, touch 12) to donate
 the model to the jitted step. Tunix donates only the optimizer, so XLA

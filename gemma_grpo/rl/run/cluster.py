@@ -34,10 +34,10 @@ from tunix.sft import metrics_logger
 from gemma_grpo import config as config_lib
 from gemma_grpo import storage
 from gemma_grpo.model import lora
-from gemma_grpo.rl import multi_turn
-from gemma_grpo.rl import optim
-from gemma_grpo.rl import rollout
-from gemma_grpo.rl import trainers
+from gemma_grpo.rl.engine import multi_turn
+from gemma_grpo.rl.engine import rollout
+from gemma_grpo.rl.run import optim
+from gemma_grpo.rl.run import trainers
 from gemma_grpo.runtime import host_memory
 from gemma_grpo.seam import jax_mesh
 from gemma_grpo.seam import tunix_cluster

@@ -18,9 +18,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from gemma_grpo.rl import decode_dots
+from gemma_grpo.rl.engine import decode_dots
+from gemma_grpo.rl.engine import sampling as sampling_lib
 from gemma_grpo.runtime import backend
-from gemma_grpo.rl import sampling as sampling_lib
 
 # The CPUs on which the screen measured faster: x86 with AMX. Without AMX a
 # bfloat16 head reads no faster than the float32 one, so the screen only adds

@@ -61,12 +61,11 @@ from tunix.rl.rollout import base_rollout
 from gemma_grpo import config as config_lib
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import tokenizer as tokenizer_lib
-from gemma_grpo.rl import decode_dots
-from gemma_grpo.rl import decode_layers
-from gemma_grpo.rl import lm_head_screen
-from gemma_grpo.rl import logprobs
-from gemma_grpo.rl import multi_turn
-from gemma_grpo.rl import sampling as sampling_lib
+from gemma_grpo.rl.engine import decode_dots
+from gemma_grpo.rl.engine import decode_layers
+from gemma_grpo.rl.engine import lm_head_screen
+from gemma_grpo.rl.engine import multi_turn
+from gemma_grpo.rl.engine import sampling as sampling_lib
 from gemma_grpo.runtime import distributed
 from gemma_grpo.tasks import tools as tools_lib
 
@@ -87,7 +86,7 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
   num_prompts, prompt_width = prompt_ids_UxP.shape
   cfg = model.config
   cache = model.empty_cache(num_prompts, prompt_width)
-  positions_UxP, mask_UxPxP = logprobs.positions_and_mask(prompt_ids_UxP, pad_id)
+  positions_UxP, mask_UxPxP = gemma3_rl.positions_and_mask(prompt_ids_UxP, pad_id)
   logits_Ux1xV, cache = model(prompt_ids_UxP, positions_UxP, cache, mask_UxPxP,
                               decode_only_last_token=True)
   # The prompt's keys and values stay one per prompt (decode_layers.decode_layer).

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 from tunix.rl import common
 from tunix.rl import function_registry
 
-from gemma_grpo.rl import logprobs
+from gemma_grpo.rl.learner import logprobs
 
 LOSS_NAME = "gemma_grpo"
 # |log r| is clamped here before exp(): r = e^20 is already far outside any

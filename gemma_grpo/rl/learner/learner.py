@@ -17,14 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
 
-from gemma_grpo.seam import tunix_learner
 from gemma_grpo.model import tokenizer as tokenizer_lib
-from gemma_grpo.rl import algorithms
-from gemma_grpo.rl import batch_logps
-from gemma_grpo.rl import dynamic_sampling
-from gemma_grpo.rl import losses
-from gemma_grpo.rl import rollout_rounds
-from gemma_grpo.rl import train_examples
+from gemma_grpo.rl.learner import algorithms
+from gemma_grpo.rl.learner import batch_logps
+from gemma_grpo.rl.learner import dynamic_sampling
+from gemma_grpo.rl.learner import losses
+from gemma_grpo.rl.learner import rollout_rounds
+from gemma_grpo.rl.learner import train_examples
+from gemma_grpo.seam import tunix_learner
 from gemma_grpo.tasks import data as data_lib
 
 Mode = rl_cluster_lib.Mode

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from tunix.models.gemma3 import model as gemma3
 
 from gemma_grpo.model import lora
-from gemma_grpo.rl import decode_dots
+from gemma_grpo.rl.engine import decode_dots
 from gemma_grpo.seam import tunix_gemma3
 
 
