@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from configs import base
+from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo.model import model_loading
 
@@ -126,7 +127,7 @@ def test_hub_failures_are_explained(monkeypatch, tmp_path, exception, needle):
 
 @pytest.fixture(scope="module")
 def offline_270m_dir():
-  c = _model_config(model_loading.OFFLINE_270M, "~/.cache/gemma_grpo")
+  c = _model_config(config_lib.OFFLINE_MODEL, "~/.cache/gemma_grpo")
   return model_loading.offline_270m_dir(c)
 
 
@@ -145,7 +146,7 @@ def offline_270m(offline_270m_dir):
 
   mesh_config = ml_collections.ConfigDict(dict(fsdp=-1, tp=1))
   mesh = mesh_lib.make_mesh(mesh_config)
-  c = _model_config(model_loading.OFFLINE_270M, "~/.cache/gemma_grpo")
+  c = _model_config(config_lib.OFFLINE_MODEL, "~/.cache/gemma_grpo")
   return model_loading.build(c, mesh), mesh
 
 
@@ -222,7 +223,6 @@ def test_gemma3_1b_builds_up_to_the_weights():
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
   from gemma_grpo.rl.run import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
 
   c = config_lib.load("configs/gemma3_1b.py")
   config_lib.validate(c, num_devices=8)

