@@ -7,6 +7,7 @@ caught even where no test happens to import the modules in a bad order.
 
 import ast
 import pathlib
+import re
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "gemma_grpo"
 
@@ -253,11 +254,34 @@ def function_local_imports(path: pathlib.Path) -> list[tuple[int, str]]:
   return sorted(found)
 
 
+# A module that defers the same imports in several functions says why once, at
+# its top level: `# Deferred imports (jax, gemma_grpo.seam.jax_distributed): <reason>`.
+_MODULE_DEFERRAL = re.compile(r"^# Deferred imports \(([^)]+)\): \S")
+
+
+def deferred_by_the_module(lines: list[str]) -> set[str]:
+  """The names a module-level `# Deferred imports (names): reason` comment covers."""
+  return {name.strip() for line in lines if (match := _MODULE_DEFERRAL.match(line))
+          for name in match.group(1).split(",")}
+
+
+def _full_names(import_line: str) -> set[str]:
+  """jax.experimental.multihost_utils for `from jax.experimental import multihost_utils`."""
+  try:
+    node = ast.parse(import_line.partition("#")[0].strip()).body[0]
+  except (SyntaxError, IndexError):
+    return set()
+  if isinstance(node, ast.Import):
+    return {a.name for a in node.names}
+  return {f"{node.module}.{a.name}" for a in node.names}
+
+
 def reason_for_deferring(lines: list[str], lineno: int) -> str | None:
   """The comment that says why the import on line `lineno` (1-based) is in a function.
 
   Either the line's own comment names an import cycle, or the comment line
-  just above it (above the imports grouped with it) starts with "Deferred:".
+  just above it (above the imports grouped with it) starts with "Deferred:",
+  or the module's top-level `# Deferred imports (names): ...` names what it imports.
   """
   own = lines[lineno - 1].partition("#")[2]
   if "cycle" in own.lower():
@@ -268,6 +292,10 @@ def reason_for_deferring(lines: list[str], lineno: int) -> str | None:
   above = lines[i].strip() if i >= 0 else ""
   if above.startswith("# Deferred:") or (above.startswith("#") and "cycle" in above.lower()):
     return above.lstrip("# ")
+  declared = deferred_by_the_module(lines)
+  names = _full_names(lines[lineno - 1])
+  if names and all(any(n == d or n.startswith(d + ".") for d in declared) for n in names):
+    return next(line for line in lines if _MODULE_DEFERRAL.match(line)).lstrip("# ")
   return None
 
 
@@ -282,10 +310,21 @@ def test_the_import_rule_reads_function_local_imports_and_their_reasons(tmp_path
       None, "an import cycle: x", "Deferred: seconds to import.", "Deferred: seconds to import."]
 
 
+def test_one_module_level_comment_explains_the_imports_it_names(tmp_path):
+  source = tmp_path / "probe.py"
+  source.write_text("# Deferred imports (jax, a.b): seconds to import.\ndef f():\n  import jax\n"
+                    "def g():\n  from jax.experimental import multihost_utils\n"
+                    "def h():\n  from a import b\n  import sympy\n")
+  lines = source.read_text().splitlines()
+  reasons = [reason_for_deferring(lines, n) for n, _ in function_local_imports(source)]
+  assert reasons == ["Deferred imports (jax, a.b): seconds to import."] * 3 + [None]
+
+
 def test_library_modules_import_at_the_top():
   """Only a command defers imports freely (it answers --help at once); a
   library module imports at its top, unless a comment says why not: the
-  import cycle it breaks, or `# Deferred: <reason>` on the line above."""
+  import cycle it breaks, `# Deferred: <reason>` on the line above, or one
+  `# Deferred imports (names): <reason>` for the module."""
   late = []
   for path in sorted(PACKAGE.rglob("*.py")):
     if is_command(module_name(path)):

@@ -2,8 +2,8 @@
 
 * `decode_only_last_token`: Tunix's sampler asks for it (when the model's
   signature has it) so the prefill computes logits for the last prompt
-  position only. Without it a prefill of 8 prompts x 256 tokens materialises
-  8 x 256 x 262,144 float32 logits (2 GiB) to keep one row per prompt.
+  position only. Without it a prefill materialises float32 logits over the
+  whole vocabulary at every prompt position, to keep one row per prompt.
 * `return_hidden` / `hidden_states`: the final-norm activations, so
   log-probabilities can be computed for completion positions only, in
   vocabulary chunks. It goes through `__call__` because that is the one
@@ -16,9 +16,9 @@
   pass written out. Autodiff of Qwix's form leaves XLA:CPU contracting the
   token axes of the [tokens, F] gate/up gradient against the small x·A,
   which it does by writing that gradient transposed in a strided loop
-  fusion: most of the 2.4 of 9.8 thread-seconds that the 270M's update
-  spent copying (bench/update_step.py --profile). Written out, every
-  gradient dot reads its large operand in place. Needs `lora_scale`
+  fusion, the largest of the update's copies. Written out, every gradient
+  dot reads its large operand in place (BENCHMARKS.md, "The update's
+  gradient program", measures both). Needs `lora_scale`
   (alpha / r) on the model, which lora.apply sets; without it Qwix's path
   runs. Seam touch 10 (seam/tunix_gemma3.py).
 * The feed-forward's backward pass recomputes its forward from the block's

@@ -1,7 +1,7 @@
 """Touches 1, 2 and 8: Tunix's RLCluster, as rl/run/cluster.py reshapes it.
 
 1. RLCluster keeps `_anchor_policy_state`, a full copy of the actor's
-   weights (1.07 GB for the 270M) for Tunix's own old-log-prob path, which
+   weights, for Tunix's own old-log-prob path, which
    our learner never reads: `drop_anchor_policy_state` sets it to None.
    Removed by: an RLCluster option not to keep the anchor.
 2. RLCluster builds its actor trainer itself: `use_trainer_class` swaps the

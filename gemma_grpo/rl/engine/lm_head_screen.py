@@ -1,6 +1,6 @@
 """The LM head's screen: the float32 top-k of the head's logits from a bfloat16 ranking.
 
-The float32 LM head (the tied embedding, 671 MB for Gemma-3-270M) is the
+The float32 LM head (the tied embedding, [V, D] with V = 262,144) is the
 largest read of a decode step. With top-k sampling or greedy decoding only
 the k largest logits matter, so where the screen is on (rollout.screen_lm_head;
 "auto": on CPUs with bfloat16 matrix units, where it measured faster; off

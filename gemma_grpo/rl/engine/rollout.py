@@ -17,7 +17,7 @@ engine) instead
   attention dots read them fastest (decode_layers.py, decode_dots.py).
 
 `decode_dtype="bfloat16"` (rollout.decode_dtype) holds that copy and a copy
-of the LM head (the tied embedding, 671 MB of the 270M's float32 bytes) in
+of the LM head (the tied embedding, a decode step's largest read) in
 bfloat16 for the decode loop: each dot reads half the bytes and, on CPUs with
 AVX512_BF16, runs as a bfloat16 dot accumulated in float32. Prefill, the
 trainer and the reference pass stay in the model's own dtype, so the samples

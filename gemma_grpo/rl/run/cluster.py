@@ -2,7 +2,8 @@
 
 The reference policy is the base model and the actor is the base plus LoRA,
 so their frozen weights are the same numbers. Two things in Tunix 0.1.7 make
-copies of them (1.07 GB each for Gemma-3-270M in float32):
+whole copies of them (the memory they cost, measured: docs/benchmarks/history.md,
+"One GRPO step against TRL"):
 
 - the cluster snapshots the whole actor state as an "anchor" for its own
   old-log-prob path at start-up and after every update. Our learner computes
