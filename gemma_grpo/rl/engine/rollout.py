@@ -232,8 +232,27 @@ class GroupedRollout(base_rollout.BaseRollout):
   def __init__(self, rollout_actor, tokenizer, mesh=None, rollout_config=None, *,
                lora_scale: float, decode_dtype: str = "float32", screen_lm_head: str = "auto",
                tool_runner: tools_lib.ToolRunner | None = None, max_tool_calls: int = 0):
-    """With `tool_runner` and max_tool_calls > 0, completions may call its
-    tools (multi_turn.py); `take_tool_turns` then says what they did."""
+    """An engine decoding with `rollout_actor`'s live weights.
+
+    Args:
+      rollout_actor: the policy, a gemma3_rl.Gemma3 (LoRA applied or not): the
+        trainer's own module, so every rollout samples the current weights.
+      tokenizer: the checkpoint's tokenizer, or Tunix's TokenizerAdapter of it.
+      mesh: the mesh the policy lives on.
+      rollout_config: unused (Tunix's signature); each generate() call brings its own.
+      lora_scale: alpha / r, the factor of the adapters merged before decoding.
+      decode_dtype: rollout.decode_dtype, one of config.DECODE_DTYPES: the
+        precision of the decode loop's merged weights and LM head.
+      screen_lm_head: rollout.screen_lm_head, one of config.SCREEN_SETTINGS
+        (lm_head_screen.py); only a float32 head is screened.
+      tool_runner: the tools completions may call (multi_turn.py), or None.
+      max_tool_calls: calls per completion; 0 turns the tools off.
+        `take_tool_turns` then says what the calls of a rollout did.
+
+    Raises:
+      TypeError: `rollout_actor` is not a gemma3_rl.Gemma3.
+      ValueError: an unknown `decode_dtype` or `screen_lm_head`.
+    """
     del rollout_config  # each generate() call brings its own
     if not isinstance(rollout_actor, gemma3_rl.Gemma3):
       # Converting would make a second module that the trainer never updates.

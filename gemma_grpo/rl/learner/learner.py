@@ -42,6 +42,28 @@ class Learner(tunix_learner.StepLearner):
                refill_problems: Sequence[data_lib.Problem] | None = None,
                stop_text: str = "", updates_per_batch: int = 1,
                sampler_logps: bool = False, tools: bool = False, **kwargs):
+    """A learner over `rl_cluster`, stepping with our rollout-and-advantage.
+
+    Args:
+      *args: Tunix's GRPOLearner arguments: rl_cluster, algo_config (an
+        algorithms.AlgoConfig, from algorithms.algo_config(c.grpo)) and
+        reward_fns.
+      rollout_seed: rollout.seed, the root of every step's sampling keys.
+      refill_problems: the training problems that dynamic sampling draws
+        refill prompts from; needed when grpo.dynamic_sampling is on.
+      stop_text: rollout.stop_text: a completion ends right after it.
+      updates_per_batch: optimizer updates per rollout batch
+        (config.updates_per_batch); above 1 the later ones are off-policy.
+      sampler_logps: the sampler rounds the policy (bfloat16 decoding), so its
+        own log-probs are the importance ratio's denominator.
+      tools: completions call tools (rollout.tools): their results are masked
+        out of the loss.
+      **kwargs: passed on to GRPOLearner.
+
+    Raises:
+      TypeError: algo_config is not an AlgoConfig.
+      ValueError: metric_fns were given, or dynamic sampling has no refill problems.
+    """
     super().__init__(*args, **kwargs)
     cfg = self.algo_config
     if not isinstance(cfg, algorithms.AlgoConfig):
