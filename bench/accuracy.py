@@ -43,7 +43,7 @@ def read_eval(directory: pathlib.Path) -> tuple[dict, list[dict]]:
 
 def summarize(out: pathlib.Path, seeds: list[int]) -> None:
   from configs import gemma3_270m_accuracy  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.tasks import scoring  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.eval import scoring  # pylint: disable=g-import-not-at-top
 
   c = gemma3_270m_accuracy.get_config()
   seen = first_command.trained_equations(c.train.max_steps, c)

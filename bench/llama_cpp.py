@@ -68,7 +68,7 @@ def ours(workdir: pathlib.Path, exports: pathlib.Path, num_prompts: int) -> dict
   """Writes the four GGUFs and decodes the held-out prompts with our engine."""
   from gemma_grpo import api  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import hf_export  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import eval_generation  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.eval import generation as eval_generation  # pylint: disable=g-import-not-at-top
   from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
   run = api.Run(workdir)

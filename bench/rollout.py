@@ -13,7 +13,7 @@ top_k 50, float32 on CPU, prompts left-padded to the longest of the batch.
 
   ours  gemma_grpo.model.model_loading.build + gemma_grpo.model.lora.apply (the policy the trainer
         samples from: LoRA r=32 on every projection, B = 0 at start) driven
-        by the trainer's rollout engine, gemma_grpo.rl.rollout.GroupedRollout
+        by the trainer's rollout engine, gemma_grpo.rl.engine.rollout.GroupedRollout
         (--engine tunix: Tunix's tunix.generate.sampler.Sampler with the KV
         cache sized to prompt + completion). Ours never stops early (no stop
         token is a stop for it); Tunix's forbids the stop tokens
@@ -122,7 +122,7 @@ def _time_grouped(args, texts, actor, tokenizer, mesh, prompt_width: int) -> dic
   import jax  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.engine import rollout  # pylint: disable=g-import-not-at-top
 
   engine = rollout.GroupedRollout(actor, tokenizer, mesh,
                                   lora_scale=common.LORA_ALPHA / common.LORA_RANK)

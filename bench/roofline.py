@@ -10,7 +10,7 @@ About 6 min on a quiet 2-core CPU; --smoke runs the plumbing on a random
 2. The fixed workload of bench/common.py (Gemma-3-270M float32, LoRA r=32,
    4 GSM8K prompts x 2 generations x 64 new tokens):
    - prefill and decode: the trainer's rollout engine
-     (gemma_grpo.rl.rollout.GroupedRollout) on the LoRA policy, timed with 1 and
+     (gemma_grpo.rl.engine.rollout.GroupedRollout) on the LoRA policy, timed with 1 and
      with 64 new tokens (median of --repeats after a warm-up); prefill = the
      1-token rollout, decode per token = the difference / 63;
    - reference pass and update: the trainer itself on the same workload
@@ -28,7 +28,7 @@ About 6 min on a quiet 2-core CPU; --smoke runs the plumbing on a random
      and are counted with the float32 head);
    - prefill, reference, update: FLOPs they must do / matmul rate: 2 x params
      x tokens for the projections (each group's prompt once, as the engine
-     and gemma_grpo.rl.logprobs do), 4 L H Dh S^2 for attention, 2 D V for each
+     and gemma_grpo.rl.learner.logprobs do), 4 L H Dh S^2 for attention, 2 D V for each
      position that needs logits; the update is its forward plus the backward
      to the activations (the frozen weights need no weight gradients), i.e.
      twice the reference pass, a lower bound.
@@ -129,7 +129,7 @@ def machine(smoke: bool) -> dict[str, float]:
 def time_rollout(model_dir: pathlib.Path, repeats: int) -> dict:
   """Rollout seconds with 1 and NEW_TOKENS new tokens, and the model's dimensions."""
   import rollout as rollout_bench  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import rollout as rollout_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.engine import rollout as rollout_lib  # pylint: disable=g-import-not-at-top
 
   actor, tokenizer, mesh = rollout_bench.build_policy(model_dir)
   texts = rollout_bench.batch_texts(common.PROMPTS_PER_STEP, common.GENERATIONS)

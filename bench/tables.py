@@ -26,7 +26,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
   sys.path.insert(0, str(REPO))
 
-from gemma_grpo.tasks import scoring  # pylint: disable=g-import-not-at-top,wrong-import-position
+from gemma_grpo.rl.eval import scoring  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 DOCS = ("README.md", "RESULTS.md", "BENCHMARKS.md")
 

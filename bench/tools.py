@@ -53,7 +53,7 @@ def read_evals(run: pathlib.Path) -> list[tuple[dict, list[dict]]]:
 
 
 def summarize(out: pathlib.Path, seeds: list[int]) -> None:
-  from gemma_grpo.tasks import scoring  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.eval import scoring  # pylint: disable=g-import-not-at-top
 
   for seed in seeds:
     runs = {arm: out / arm / f"seed_{seed}" for arm in ARMS}

@@ -56,7 +56,7 @@ sys.path.append(str(pathlib.Path(__file__).resolve().parents[1]))
 from configs import base  # pylint: disable=g-import-not-at-top,wrong-import-position
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import lora
-from gemma_grpo.rl import losses
+from gemma_grpo.rl.learner import losses
 from gemma_grpo.runtime import mesh as mesh_lib
 
 PROMPTS, GENERATIONS, NEW_TOKENS, PAD = 4, 2, 64, 0

@@ -9,7 +9,7 @@ multiplication: 4821 * 367. ..."), three or four digits a factor: a task the
 of three solved examples calls it, `<tool_call>calculator: 9051 * 736</tool_call>`,
 answered by `<tool_result>6661536</tool_result>` (gemma_grpo/tasks/tools.py); the
 result tokens are read by the model and masked out of the loss
-(gemma_grpo/rl/multi_turn.py). A failed call costs 0.25 reward
+(gemma_grpo/rl/engine/multi_turn.py). A failed call costs 0.25 reward
 (rewards.tool_errors). The held-out problems are evaluated greedily, with
 the tool, before the first step and after the last; bench/tools.py compares
 this run with the same training without the tool (docs/results/tools,

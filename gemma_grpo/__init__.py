@@ -6,8 +6,4 @@ The package is in layers, each a subpackage that imports only those below it
 `config`, `errors`, `seam` and `user_code`.
 """
 
-from gemma_grpo import moved_modules
-
 __version__ = "0.1.0"
-
-moved_modules.install()

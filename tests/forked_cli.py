@@ -33,11 +33,11 @@ PRELOAD = [
     "tunix.rl.rl_cluster", "tunix.rl.grpo.grpo_learner", "tunix.sft.peft_trainer",
     "reasoning_gym", "matplotlib.pyplot", "safetensors.numpy", "sentencepiece",
     "gemma_grpo.commands.cli", "gemma_grpo.commands.train", "gemma_grpo.commands.sft", "gemma_grpo.commands.evaluate",
-    "gemma_grpo.commands.export", "gemma_grpo.commands.plots", "gemma_grpo.rl.learner", "gemma_grpo.rl.cluster",
-    "gemma_grpo.rl.rollout", "gemma_grpo.model.lora", "gemma_grpo.model.model_loading", "gemma_grpo.tasks.data",
-    "gemma_grpo.runtime.checkpoints", "gemma_grpo.rl.step_hooks", "gemma_grpo.runtime.guards",
+    "gemma_grpo.commands.export", "gemma_grpo.commands.plots", "gemma_grpo.rl.learner.learner", "gemma_grpo.rl.run.cluster",
+    "gemma_grpo.rl.engine.rollout", "gemma_grpo.model.lora", "gemma_grpo.model.model_loading", "gemma_grpo.tasks.data",
+    "gemma_grpo.runtime.checkpoints", "gemma_grpo.rl.run.step_hooks", "gemma_grpo.runtime.guards",
     # What the commands import once the config is checked: transformers alone takes seconds.
-    "gemma_grpo.rl.training_run", "gemma_grpo.rl.sft", "gemma_grpo.rl.evaluation",
+    "gemma_grpo.rl.run.training_run", "gemma_grpo.sft.sft", "gemma_grpo.rl.eval.evaluation",
     "gemma_grpo.model.hf_export", "gemma_grpo.runtime.curves",
     # Not an import only: parses the offline tokenizer that most runs load.
     "tests.forked_cli_tokenizer",

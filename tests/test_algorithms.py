@@ -1,13 +1,12 @@
-"""Tests for gemma_grpo.rl.algorithms: the table of algorithms and its settings."""
+"""Tests for gemma_grpo.rl.learner.algorithms: the table of algorithms and its settings."""
 
 import ml_collections
 import numpy as np
 import pytest
-from tunix.rl import function_registry
 
 from configs import base
 from gemma_grpo import config as config_lib
-from gemma_grpo.rl import algorithms
+from gemma_grpo.rl.learner import algorithms
 
 
 def grpo_section(**overrides) -> ml_collections.ConfigDict:
@@ -64,23 +63,22 @@ def test_loss_metrics_log_tis_only_when_it_is_on():
   assert (on["tis/ratio_min"], on["tis/ratio_max"]) == (np.min, np.max)
 
 
-@pytest.mark.parametrize("name, rewards, expected", [
-    # GRPO: (r - mean) / std with the sample std (ddof 1) of the group.
-    ("grpo", [1.0, 3.0, 0.0, 0.0], [-1 / np.sqrt(2), 1 / np.sqrt(2), 0.0, 0.0]),
-    # Dr. GRPO: r - mean only.
-    ("drgrpo", [1.0, 3.0, 0.0, 4.0], [-1.0, 1.0, -2.0, 2.0]),
-])
-def test_advantage_estimators(name, rewards, expected):
-  fn = function_registry.get_advantage_estimator(name)
-  np.testing.assert_allclose(fn(rewards=np.array(rewards), num_generations=2), expected,
-                             rtol=1e-5, atol=1e-6)
+# Worked by hand for two groups of G = 2: {1, 3} has mean 2 and sample std
+# (ddof 1) sqrt(2); {0, 4} has mean 2 and std 2 sqrt(2); {0, 0} has no spread.
+# Every algorithm but Dr. GRPO divides by the std; Dr. GRPO keeps r - mean.
+_SCALED = [-1 / np.sqrt(2), 1 / np.sqrt(2)]
 
 
-@pytest.mark.parametrize("algorithm, expected", [
-    ("grpo", [-1 / np.sqrt(2), 1 / np.sqrt(2), 0.0, 0.0]),
-    ("dr_grpo", [-1.0, 1.0, 0.0, 0.0]),
+@pytest.mark.parametrize("algorithm, rewards, expected", [
+    ("grpo", [1.0, 3.0, 0.0, 4.0], _SCALED + _SCALED),
+    ("grpo", [1.0, 3.0, 0.0, 0.0], _SCALED + [0.0, 0.0]),
+    ("dapo", [1.0, 3.0, 0.0, 4.0], _SCALED + _SCALED),
+    ("gspo", [1.0, 3.0, 0.0, 4.0], _SCALED + _SCALED),
+    ("dr_grpo", [1.0, 3.0, 0.0, 4.0], [-1.0, 1.0, -2.0, 2.0]),
+    ("dr_grpo", [1.0, 3.0, 0.0, 0.0], [-1.0, 1.0, 0.0, 0.0]),
 ])
-def test_advantages_follow_the_algorithms_estimator(algorithm, expected):
-  algo = algorithms.algo_config(grpo_section(algorithm=algorithm, num_generations=2))
-  np.testing.assert_allclose(algorithms.advantages(algo, np.array([1.0, 3.0, 0.0, 0.0])),
+def test_advantages_follow_the_algorithms_estimator(algorithm, rewards, expected):
+  beta = 0.0 if algorithm == "dapo" else 0.08  # DAPO has no KL term
+  algo = algorithms.algo_config(grpo_section(algorithm=algorithm, num_generations=2, beta=beta))
+  np.testing.assert_allclose(algorithms.advantages(algo, np.array(rewards)),
                              expected, rtol=1e-5, atol=1e-6)

@@ -7,6 +7,7 @@ caught even where no test happens to import the modules in a bad order.
 
 import ast
 import pathlib
+import re
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "gemma_grpo"
 
@@ -14,23 +15,36 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "gemma_grpo"
 # Each layer is a subpackage (or, at the bottom and the top, a few modules).
 LAYERS = (
     ("api", "train", "commands", "plan"),  # front ends: the CLI, its entry point, the Python API
-    ("rl",),  # rollout, losses, the learner and its RLCluster
+    ("rl", "sft"),  # RL (its homes below) and, beside it, supervised fine-tuning
     ("model",),  # Gemma-3 for RL, loading, the tokenizer, LoRA, a run's policy
     ("tasks",),  # problems, prompts, answers, rewards, tools, scores
     ("runtime",),  # mesh, processes, storage, the lease, checkpoints, metrics
-    ("config", "errors", "seam", "storage", "user_code", "moved_modules"),
+    ("config", "errors", "seam", "storage", "user_code"),
 )
 LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 
+# Inside that layer, each job has one home, and a home imports only the homes
+# named here: a run drives the learner, the engine and the eval; the eval
+# decodes with the engine; the engine and the learner import no other home,
+# so either can be read, tested and changed without the rest. SFT shares the
+# log-prob maths and the optimizer and trainers with RL, and RL imports no SFT.
+HOMES = {
+    "rl.run": {"rl.learner", "rl.engine", "rl.eval"},  # training_run, cluster, step_hooks, trainers, optim
+    "rl.eval": {"rl.engine"},  # evaluation, generation, scoring, heldout, targets, reports, problem_sets
+    "rl.engine": set(),  # rollout, decode_layers, decode_dots, lm_head_screen, sampling, multi_turn
+    "rl.learner": set(),  # learner, losses, logprobs, algorithms, dynamic_sampling, batch_logps, ...
+    "sft": {"rl.learner", "rl.run"},
+}
+
 
 def module_name(path: pathlib.Path) -> str:
-  """rl.learner for gemma_grpo/rl/learner.py; rl for gemma_grpo/rl/__init__.py."""
+  """rl.run.optim for gemma_grpo/rl/run/optim.py; rl.run for gemma_grpo/rl/run/__init__.py."""
   parts = path.relative_to(PACKAGE).with_suffix("").parts
   return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _ours(dotted: str) -> str | None:
-  """rl.learner for gemma_grpo.rl.learner (or gemma_grpo.rl.learner.Learner); None if not ours."""
+  """rl.run.optim for gemma_grpo.rl.run.optim (or gemma_grpo.rl.run.optim.optimizer); None if not ours."""
   if not dotted.startswith("gemma_grpo."):
     return None
   parts = dotted.split(".")[1:]
@@ -61,6 +75,11 @@ def graph() -> dict[str, set[str]]:
 
 def layer(module: str) -> int:
   return LAYER_OF[module.split(".")[0]]
+
+
+def home(module: str) -> str | None:
+  """rl.run for rl.run.optim, sft for sft.sft; None outside the homes of HOMES."""
+  return next((h for h in HOMES if module == h or module.startswith(h + ".")), None)
 
 
 def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
@@ -115,6 +134,26 @@ def test_imports_point_down_the_layers():
   assert not upward, f"imports that point up the layers: {upward}"
 
 
+def test_every_module_of_the_rl_layer_has_a_home():
+  """rl/ holds its four homes and nothing loose beside them."""
+  layer_modules = [m for m in graph() if m.split(".")[0] in ("rl", "sft")
+                   and not m.rpartition(".")[2].startswith("_")]  # the probes other tests write
+  assert not [m for m in layer_modules if m not in ("rl", "sft") and home(m) is None]
+  assert {home(m) for m in layer_modules} - {None} == set(HOMES)
+
+
+def test_homes_import_only_the_homes_they_may():
+  crossing = sorted(f"{m} -> {t}" for m, targets in graph().items() for t in targets
+                    if home(m) and home(t) and home(t) != home(m) and home(t) not in HOMES[home(m)])
+  assert not crossing, f"imports between homes that HOMES does not allow: {crossing}"
+
+
+def test_the_home_check_finds_a_forbidden_import():
+  assert home("rl.engine.rollout") == "rl.engine" and home("rl.eval") == "rl.eval"
+  assert home("sft.sft") == "sft" and home("rl") is None and home("tasks.data") is None
+  assert "rl.learner" not in HOMES["rl.engine"] and "rl.run" not in HOMES["rl.eval"]
+
+
 def test_only_the_command_line_imports_a_command():
   """The Python API and the planner are front ends beside the CLI, not above it."""
   for module, targets in graph().items():
@@ -139,6 +178,23 @@ def architecture_map() -> list[set[str]]:
 
 def test_the_architecture_page_draws_these_layers():
   assert architecture_map() == [set(names) for names in LAYERS]
+
+
+def architecture_homes() -> dict[str, set[str]]:
+  """The directions of docs/architecture.md: each home and the homes it may import."""
+  page = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+  block = page.split("imports only the homes", 1)[1].split("```", 2)[1].removeprefix("text")
+  drawn = {}
+  for line in block.strip().splitlines():
+    source, _, targets = line.partition("->")
+    names = lambda text: {n.strip("/").replace("/", ".") for n in text.replace(",", " ").split()
+                          if n != "nothing"}
+    drawn[source.strip().strip("/").replace("/", ".")] = names(targets)
+  return drawn
+
+
+def test_the_architecture_page_draws_these_homes():
+  assert architecture_homes() == HOMES
 
 
 def test_no_module_is_over_500_lines():
@@ -198,11 +254,34 @@ def function_local_imports(path: pathlib.Path) -> list[tuple[int, str]]:
   return sorted(found)
 
 
+# A module that defers the same imports in several functions says why once, at
+# its top level: `# Deferred imports (jax, gemma_grpo.seam.jax_distributed): <reason>`.
+_MODULE_DEFERRAL = re.compile(r"^# Deferred imports \(([^)]+)\): \S")
+
+
+def deferred_by_the_module(lines: list[str]) -> set[str]:
+  """The names a module-level `# Deferred imports (names): reason` comment covers."""
+  return {name.strip() for line in lines if (match := _MODULE_DEFERRAL.match(line))
+          for name in match.group(1).split(",")}
+
+
+def _full_names(import_line: str) -> set[str]:
+  """jax.experimental.multihost_utils for `from jax.experimental import multihost_utils`."""
+  try:
+    node = ast.parse(import_line.partition("#")[0].strip()).body[0]
+  except (SyntaxError, IndexError):
+    return set()
+  if isinstance(node, ast.Import):
+    return {a.name for a in node.names}
+  return {f"{node.module}.{a.name}" for a in node.names}
+
+
 def reason_for_deferring(lines: list[str], lineno: int) -> str | None:
   """The comment that says why the import on line `lineno` (1-based) is in a function.
 
   Either the line's own comment names an import cycle, or the comment line
-  just above it (above the imports grouped with it) starts with "Deferred:".
+  just above it (above the imports grouped with it) starts with "Deferred:",
+  or the module's top-level `# Deferred imports (names): ...` names what it imports.
   """
   own = lines[lineno - 1].partition("#")[2]
   if "cycle" in own.lower():
@@ -213,6 +292,10 @@ def reason_for_deferring(lines: list[str], lineno: int) -> str | None:
   above = lines[i].strip() if i >= 0 else ""
   if above.startswith("# Deferred:") or (above.startswith("#") and "cycle" in above.lower()):
     return above.lstrip("# ")
+  declared = deferred_by_the_module(lines)
+  names = _full_names(lines[lineno - 1])
+  if names and all(any(n == d or n.startswith(d + ".") for d in declared) for n in names):
+    return next(line for line in lines if _MODULE_DEFERRAL.match(line)).lstrip("# ")
   return None
 
 
@@ -227,10 +310,21 @@ def test_the_import_rule_reads_function_local_imports_and_their_reasons(tmp_path
       None, "an import cycle: x", "Deferred: seconds to import.", "Deferred: seconds to import."]
 
 
+def test_one_module_level_comment_explains_the_imports_it_names(tmp_path):
+  source = tmp_path / "probe.py"
+  source.write_text("# Deferred imports (jax, a.b): seconds to import.\ndef f():\n  import jax\n"
+                    "def g():\n  from jax.experimental import multihost_utils\n"
+                    "def h():\n  from a import b\n  import sympy\n")
+  lines = source.read_text().splitlines()
+  reasons = [reason_for_deferring(lines, n) for n, _ in function_local_imports(source)]
+  assert reasons == ["Deferred imports (jax, a.b): seconds to import."] * 3 + [None]
+
+
 def test_library_modules_import_at_the_top():
   """Only a command defers imports freely (it answers --help at once); a
   library module imports at its top, unless a comment says why not: the
-  import cycle it breaks, or `# Deferred: <reason>` on the line above."""
+  import cycle it breaks, `# Deferred: <reason>` on the line above, or one
+  `# Deferred imports (names): <reason>` for the module."""
   late = []
   for path in sorted(PACKAGE.rglob("*.py")):
     if is_command(module_name(path)):
@@ -243,7 +337,7 @@ def test_library_modules_import_at_the_top():
 
 def test_commands_load_no_heavy_package_before_their_input_is_checked():
   heavy = heavy_modules()
-  assert {"model.policy", "rl.cluster", "rl.rollout"} <= heavy and not {"config", "errors"} & heavy
+  assert {"model.policy", "rl.run.cluster", "rl.engine.rollout"} <= heavy and not {"config", "errors"} & heavy
   commands = {module_name(p) for p in PACKAGE.rglob("*.py") if is_command(module_name(p))}
   assert {"commands.train", "commands.cli", "plan.command", "train"} <= commands
   assert not commands & heavy, sorted(commands & heavy)

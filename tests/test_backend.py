@@ -6,8 +6,8 @@ import ml_collections
 import pytest
 
 import conftest
-from gemma_grpo.rl import decode_dots
-from gemma_grpo.rl import lm_head_screen
+from gemma_grpo.rl.engine import decode_dots
+from gemma_grpo.rl.engine import lm_head_screen
 from gemma_grpo.runtime import backend
 from gemma_grpo.seam import jax_mesh
 

@@ -8,15 +8,16 @@ import pytest
 from flax import nnx
 from tunix.rl.rl_cluster import Role
 
-from gemma_grpo.rl import cluster as cluster_lib
+from gemma_grpo.rl.learner import algorithms
+from gemma_grpo.rl.run import cluster as cluster_lib
 from gemma_grpo import config as config_lib
 from gemma_grpo.tasks import data as data_lib
-from gemma_grpo.rl import learner as learner_lib
+from gemma_grpo.rl.learner import learner as learner_lib
 from gemma_grpo.model import lora
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.runtime import metrics as metrics_lib
 from gemma_grpo.model import model_loading
-from gemma_grpo.rl import optim
+from gemma_grpo.rl.run import optim
 from gemma_grpo.tasks import rewards
 from gemma_grpo.model import tokenizer as tokenizer_lib
 from gemma_grpo.seam import jax_mesh
@@ -60,7 +61,7 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
   frozen_values_before = [np.asarray(x) for x in frozen_before]
 
   learner = learner_lib.Learner(
-      rl_cluster=cluster, algo_config=learner_lib.algo_config(c.grpo),
+      rl_cluster=cluster, algo_config=algorithms.algo_config(c.grpo),
       reward_fns=rewards.from_config(c.rewards), rollout_seed=0)
   splits = data_lib.build_splits(c.data, loaded.tokenizer, c.rollout.max_prompt_length)
   learner.train(iter(data_lib.train_batches(splits.train, c.train.batch_size, 0)))

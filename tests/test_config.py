@@ -118,19 +118,60 @@ def test_validation_names_field_value_and_fix(tiny, field, value, needle):
   assert any(needle in line for line in lines), lines
 
 
-@pytest.mark.parametrize("field, value, needle", [
-    ("rollout.engine", "tunix", "rollout.tools='calculator' needs rollout.engine='grouped'"),
-    ("rollout.max_tool_calls", 0, "rollout.max_tool_calls=0: must be >= 1 with rollout.tools set"),
-    ("rollout.tool_time_limit", 0.0, "rollout.tool_time_limit=0.0: must be > 0 seconds"),
-])
-def test_tool_settings_are_checked_when_tools_are_on(tiny, field, value, needle):
-  section, key = field.split(".")
+def test_tools_need_the_grouped_engine(tiny):
+  tiny.rollout.engine = "tunix"
+  config_lib.validate(tiny, num_devices=1)  # no tools: Tunix's sampler is fine
   tiny.rollout.tools = "calculator"
-  tiny[section][key] = value
-  lines = _invalid(tiny)
-  assert any(needle in line for line in lines), lines
-  tiny.rollout.tools = ""
-  config_lib.validate(tiny, num_devices=1)  # without tools the settings are idle
+  assert any("rollout.tools='calculator' needs rollout.engine='grouped'" in line for line in _invalid(tiny))
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("rollout.max_tool_calls", -2, "rollout.max_tool_calls=-2: must be >= 1"),
+    ("rollout.tool_time_limit", 0.0, "rollout.tool_time_limit=0.0: must be > 0 seconds"),
+    ("model.random.num_layers", 0, "model.random.num_layers=0: must be >= 1"),
+    ("model.random.vocab_size", 1000, "model.random.vocab_size=1000: must be >= 262144"),
+    ("grpo.max_resample_rounds", -1, "grpo.max_resample_rounds=-1: must be >= 0"),
+    ("data.shuffle_seed", -1, "data.shuffle_seed=-1: must be >= 0"),
+    ("rollout.seed", -3, "rollout.seed=-3: must be >= 0"),
+    ("mesh.tp", 0, "mesh.tp=0: use a positive size or -1"),
+])
+@pytest.mark.parametrize("tools", ["", "calculator"])
+def test_a_range_is_checked_whether_or_not_its_feature_is_on(tiny, field, value, needle, tools):
+  """Tools, a random model, dynamic sampling and the mesh (without devices)."""
+  tiny.rollout.tools = tools
+  *sections, key = field.split(".")
+  node = tiny
+  for section in sections:
+    node = node[section]
+  node[key] = value
+  [line] = _invalid(tiny, device_count=None)
+  assert line.startswith(needle), line
+
+
+def _number_keys(node, prefix=""):
+  for key in node.keys():
+    value = node[key]
+    if hasattr(value, "keys"):
+      yield from _number_keys(value, f"{prefix}{key}.")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+      yield f"{prefix}{key}"
+
+
+# rewards.weights are open (a negative weight penalises); their checks are
+# gemma_grpo.tasks.rewards'.
+_NUMBER_KEYS = [k for k in _number_keys(config_lib.defaults()) if not k.startswith("rewards.")]
+
+
+@pytest.mark.parametrize("field", _NUMBER_KEYS)
+def test_every_number_key_has_a_range(tiny, field):
+  """A value far below any sensible one fails, on a line that names the key."""
+  *sections, key = field.split(".")
+  node = tiny
+  for section in sections:
+    node = node[section]
+  node[key] = type(node[key])(-1000)
+  lines = _invalid(tiny, device_count=None)
+  assert any(line.startswith((f"{field}=", f"{field}:")) for line in lines), lines
 
 
 def test_bfloat16_decoding_needs_the_grouped_engine(tiny):

@@ -1,9 +1,9 @@
-"""Tests for gemma_grpo.rl.dynamic_sampling: DAPO's group selection and refills."""
+"""Tests for gemma_grpo.rl.learner.dynamic_sampling: DAPO's group selection and refills."""
 
 import numpy as np
 import pytest
 
-from gemma_grpo.rl import dynamic_sampling
+from gemma_grpo.rl.learner import dynamic_sampling
 from gemma_grpo.tasks import data
 from gemma_grpo.tasks import prompts
 

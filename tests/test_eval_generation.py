@@ -4,7 +4,7 @@ import pytest
 
 from conftest import device_mesh
 from configs import tiny
-from gemma_grpo.rl import eval_generation
+from gemma_grpo.rl.eval import generation
 from gemma_grpo.model import model_loading
 from gemma_grpo.tasks import prompts
 from gemma_grpo.model import tokenizer as tokenizer_lib
@@ -24,7 +24,7 @@ def loaded():
 
 def make_generator(loaded, stop_ids=None):
   (model, mesh) = loaded
-  return eval_generation.Generator(
+  return generation.Generator(
       model.model, model.tokenizer, mesh, max_prompt_length=MAX_PROMPT,
       max_new_tokens=MAX_NEW,
       stop_token_ids=stop_ids or tokenizer_lib.stop_token_ids(model.tokenizer))
@@ -36,7 +36,7 @@ def generator(loaded):
 
 
 def test_greedy_is_deterministic_and_batched(generator):
-  greedy = eval_generation.Decoding(max_new_tokens=MAX_NEW)
+  greedy = generation.Decoding(max_new_tokens=MAX_NEW)
   first = generator.generate(PROMPTS, greedy, batch_size=2)  # 2 + 1 (filled up)
   again = generator.generate(PROMPTS, greedy, batch_size=2)
   assert first == again
@@ -48,7 +48,7 @@ def test_greedy_is_deterministic_and_batched(generator):
 
 def test_sampling_is_reproducible_per_seed(generator):
   def sample(seed):
-    decoding = eval_generation.Decoding(max_new_tokens=MAX_NEW, temperature=1.0, seed=seed)
+    decoding = generation.Decoding(max_new_tokens=MAX_NEW, temperature=1.0, seed=seed)
     return generator.generate(PROMPTS[:1] * 2, decoding, batch_size=2).token_ids
 
   assert sample(0) == sample(0)
@@ -60,7 +60,7 @@ def test_sampling_is_reproducible_per_seed(generator):
 
 
 def test_a_stop_token_ends_the_completion_untruncated(loaded, generator):
-  greedy = eval_generation.Decoding(max_new_tokens=MAX_NEW)
+  greedy = generation.Decoding(max_new_tokens=MAX_NEW)
   # Batch size 2 as above: compiled once per generator.
   free = generator.generate(PROMPTS[:2], greedy, batch_size=2)
   ids = free.token_ids[0]
@@ -85,7 +85,7 @@ def test_prompt_length_counts_bos(loaded, generator):
 ])
 def test_decoding_rejects_bad_values(kwargs):
   with pytest.raises(ValueError):
-    eval_generation.Decoding(**kwargs)
+    generation.Decoding(**kwargs)
 
 
 def test_from_config_builds_the_generator_of_the_rollout_and_lora_sections(loaded, generator):
@@ -94,9 +94,9 @@ def test_from_config_builds_the_generator_of_the_rollout_and_lora_sections(loade
   with c.unlocked():
     c.rollout.engine = "tunix"  # the engine of the `generator` fixture
     c.rollout.max_prompt_length = MAX_PROMPT
-  built = eval_generation.Generator.from_config(model.model, model.tokenizer, mesh, c.rollout,
+  built = generation.Generator.from_config(model.model, model.tokenizer, mesh, c.rollout,
                                                 c.lora, max_new_tokens=MAX_NEW)
   assert built.stop_token_ids == tokenizer_lib.stop_token_ids(model.tokenizer)
-  greedy = eval_generation.Decoding(max_new_tokens=MAX_NEW)
+  greedy = generation.Decoding(max_new_tokens=MAX_NEW)
   assert (built.generate(PROMPTS[:2], greedy, batch_size=2)
           == generator.generate(PROMPTS[:2], greedy, batch_size=2))

@@ -12,11 +12,11 @@ from conftest import REPO, cli_env, run_cli
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo.commands import evaluate
-from gemma_grpo.rl import eval_targets
+from gemma_grpo.rl.eval import targets
 from gemma_grpo.tasks import data as data_lib
-from gemma_grpo.tasks import eval_data
-from gemma_grpo.tasks import eval_report
-from gemma_grpo.tasks import scoring
+from gemma_grpo.rl.eval import problem_sets
+from gemma_grpo.rl.eval import reports
+from gemma_grpo.rl.eval import scoring
 
 @pytest.mark.parametrize("source, split, expected", [
     ("gsm8k", "test", True),
@@ -28,7 +28,7 @@ from gemma_grpo.tasks import scoring
     ("reasoning_gym:gsm_symbolic", None, False),
 ])
 def test_is_gsm8k_test(source, split, expected):
-  assert eval_data.is_gsm8k_test(source, split) is expected
+  assert problem_sets.is_gsm8k_test(source, split) is expected
 
 
 @pytest.mark.parametrize("trained_on, data, split, contaminated", [
@@ -40,11 +40,11 @@ def test_is_gsm8k_test(source, split, expected):
     (None, "gsm8k", "test", False),  # a model source: nothing known
 ])
 def test_contamination(trained_on, data, split, contaminated):
-  assert bool(eval_data.contamination(trained_on, data, split)) is contaminated
+  assert bool(problem_sets.contamination(trained_on, data, split)) is contaminated
 
 
 def test_table_with_a_baseline():
-  text = eval_report.table({"num_problems": 4, "accuracy": 0.5, "mean_length_chars": 12.25},
+  text = reports.table({"num_problems": 4, "accuracy": 0.5, "mean_length_chars": 12.25},
                         {"num_problems": 4, "accuracy": 0.25, "pass@2": 0.5}, "base_dir")
   lines = text.splitlines()
   assert lines[0].split() == ["metric", "base_dir", "this", "run", "delta"]
@@ -55,9 +55,9 @@ def test_table_with_a_baseline():
 
 
 def test_target_default_out(tmp_path):
-  assert str(eval_targets.Target("gguf:gemma-3-270m").default_out()) == "runs/eval/gguf_gemma-3-270m"
-  assert str(eval_targets.Target("hf:google/gemma-3-1b-it").default_out()) == "runs/eval/hf_google_gemma-3-1b-it"
-  assert eval_targets.Target("random", tmp_path, 7).default_out() == tmp_path / "eval_step7"
+  assert str(targets.Target("gguf:gemma-3-270m").default_out()) == "runs/eval/gguf_gemma-3-270m"
+  assert str(targets.Target("hf:google/gemma-3-1b-it").default_out()) == "runs/eval/hf_google_gemma-3-1b-it"
+  assert targets.Target("random", tmp_path, 7).default_out() == tmp_path / "eval_step7"
 
 
 # --- The command, on a tiny trained run ---------------------------------------
@@ -216,21 +216,21 @@ def test_default_data_is_the_configs_own_source_never_a_training_file():
   c = config_lib.defaults()
   for source in ("reasoning_gym:simple_equations", "gsm8k"):
     c.data.source = source
-    assert eval_data.default_data(c.data) == source
+    assert problem_sets.default_data(c.data) == source
   c.data.source = "/data/gsm8k/train.jsonl"
   with pytest.raises(errors.UserError, match="--data: required"):
-    eval_data.default_data(c.data)
+    problem_sets.default_data(c.data)
 
 
 def test_latest_run_is_the_one_with_the_newest_checkpoint(tmp_path):
-  assert eval_targets.latest_run(tmp_path / "runs") is None
+  assert targets.latest_run(tmp_path / "runs") is None
   for name, age in (("old", 100), ("new", 10), ("not_a_run", 0)):
     step = tmp_path / "runs" / name / "checkpoints" / "actor" / "4"
     step.mkdir(parents=True)
     os.utime(step, (1e9 - age, 1e9 - age))
     if name != "not_a_run":  # a run has its config.json
       (tmp_path / "runs" / name / "config.json").write_text("{}")
-  assert eval_targets.latest_run(tmp_path / "runs") == tmp_path / "runs" / "new"
+  assert targets.latest_run(tmp_path / "runs") == tmp_path / "runs" / "new"
 
 
 HEAVY = ("jax", "tunix", "flax", "orbax", "transformers", "torch")

@@ -17,6 +17,7 @@ from conftest import device_mesh
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo.commands import export
+from gemma_grpo.model import export_formats
 from gemma_grpo.model import hf_export
 from gemma_grpo.model import hf_layout
 from gemma_grpo.model import gguf_io
@@ -389,8 +390,8 @@ def test_bad_shard_sizes_are_user_errors(text):
 
 
 def test_gguf_export_reads_back_as_the_merged_weights(exported):
-  path = exported.dirs["gguf"] / hf_export.GGUF_FILE
-  assert {p.name for p in exported.dirs["gguf"].iterdir()} == {hf_export.GGUF_FILE, "README.md"}
+  path = exported.dirs["gguf"] / export_formats.GGUF_FILE
+  assert {p.name for p in exported.dirs["gguf"].iterdir()} == {export_formats.GGUF_FILE, "README.md"}
   contents = gguf_reader.read(path)
   back = gguf_io.read_tensors(contents)
   assert back.keys() == exported.merged.keys()
@@ -418,7 +419,7 @@ def test_gguf_export_reads_back_as_the_merged_weights(exported):
 
 
 def test_quantized_gguf_export_keeps_norms_f32_and_the_tied_embedding_q8_0(exported):
-  contents = gguf_reader.read(exported.dirs["gguf_q4_0"] / hf_export.GGUF_FILE)
+  contents = gguf_reader.read(exported.dirs["gguf_q4_0"] / export_formats.GGUF_FILE)
   types_by_name = {t.name: t.tensor_type.name for t in contents.tensors}
   assert types_by_name.pop("token_embd.weight") == "Q8_0"
   assert {n for n, t in types_by_name.items() if t == "F32"} == {n for n in types_by_name if n.endswith("norm.weight")}
@@ -446,7 +447,7 @@ def test_transformers_reads_the_gguf_export_with_the_hf_exports_logits(exported)
   # tiny model's head_dim, so the test passes it as a user would.
   head_dim = exported.policy.config.model.random.head_dim
   model = AutoModelForCausalLM.from_pretrained(
-      str(exported.dirs["gguf"]), gguf_file=hf_export.GGUF_FILE, dtype=torch.float32,
+      str(exported.dirs["gguf"]), gguf_file=export_formats.GGUF_FILE, dtype=torch.float32,
       query_pre_attn_scalar=head_dim)
   assert type(model).__name__ == "Gemma3ForCausalLM"
   with torch.no_grad():
@@ -474,7 +475,7 @@ def test_out_ending_in_gguf_is_the_file_itself(exported):
   path = exported.dirs["gguf_file"]
   assert path.is_file() and path.name == "policy.gguf"
   assert [p.name for p in path.parent.iterdir()] == ["policy.gguf"]  # no temporary left
-  assert path.read_bytes() == (exported.dirs["gguf"] / hf_export.GGUF_FILE).read_bytes()
+  assert path.read_bytes() == (exported.dirs["gguf"] / export_formats.GGUF_FILE).read_bytes()
 
 
 def blockwise_bound(x: np.ndarray, tensor_type: str) -> np.ndarray:
@@ -723,7 +724,3 @@ def test_offline_270m_with_random_lora_exports_faithfully(tmp_path):
     print(f"270M {dtype}: max|diff| {diff:.3g} = {diff / np.abs(ref).max():.3g} x max|logit|")
     assert diff <= bound * np.abs(ref).max(), (dtype, diff)
 
-
-def test_the_library_names_still_import_from_the_command_module():
-  assert export.to_hf is hf_layout.to_hf and export.export is hf_export.export
-  assert export.FORMATS == hf_export.FORMATS and export.DTYPES == hf_export.DTYPES

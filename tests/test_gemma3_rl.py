@@ -266,3 +266,11 @@ def test_matmul_dtype_reaches_the_reference_and_the_lora_policy(tiny):
     assert program.count("bf16[64,128]") + program.count("bf16[128,64]") >= 3 * c.model.random.num_layers
     assert got.dtype == jnp.float32
     assert 0 < float(jnp.abs(got - want).max()) < 0.05 * float(jnp.abs(want).max())
+
+
+def test_positions_and_mask_skip_left_padding():
+  tokens = jnp.array([[0, 0, 5, 6, 7, 0], [3, 4, 5, 6, 7, 8]])
+  positions, mask = gemma3_rl.positions_and_mask(tokens, pad_id=0)
+  assert positions.tolist() == [[0, 0, 0, 1, 2, 2], [0, 1, 2, 3, 4, 5]]
+  assert mask[0, 4].tolist() == [False, False, True, True, True, False]
+  assert mask[1, 2].tolist() == [True, True, True, False, False, False]

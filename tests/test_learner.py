@@ -1,4 +1,4 @@
-"""Tests for gemma_grpo.rl.learner: two-step tiny runs of every algorithm with
+"""Tests for gemma_grpo.rl.learner.learner: two-step tiny runs of every algorithm with
 their diagnostics, a bfloat16 sampler, and several updates per batch.
 
 The learner's pieces are tested in test_algorithms.py, test_dynamic_sampling.py,
@@ -16,8 +16,8 @@ from conftest import run_cli
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo.commands import train
-from gemma_grpo.rl import learner
-from gemma_grpo.rl import train_examples
+from gemma_grpo.rl.learner import learner
+from gemma_grpo.rl.learner import train_examples
 from gemma_grpo.runtime import checkpoints
 from gemma_grpo.runtime import metrics
 

@@ -38,7 +38,7 @@ OURS = """
 import json, pathlib
 from gemma_grpo import api
 from gemma_grpo.model import hf_export
-from gemma_grpo.rl import eval_generation
+from gemma_grpo.rl.eval import generation as eval_generation
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.tasks import prompts
 

@@ -1,13 +1,13 @@
-"""The LM head's screen (gemma_grpo.rl.lm_head_screen) on random heads, against lax.top_k."""
+"""The LM head's screen (gemma_grpo.rl.engine.lm_head_screen) on random heads, against lax.top_k."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemma_grpo.rl import decode_dots
-from gemma_grpo.rl import lm_head_screen
-from gemma_grpo.rl import sampling as sampling_lib
+from gemma_grpo.rl.engine import decode_dots
+from gemma_grpo.rl.engine import lm_head_screen
+from gemma_grpo.rl.engine import sampling as sampling_lib
 
 
 @pytest.mark.parametrize("flags, pays", [

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemma_grpo.rl import logprobs
+from gemma_grpo.rl.learner import logprobs
 
 
 def _reference(hidden, embed, targets, temperature):
@@ -48,14 +48,6 @@ def test_gradient_matches_full_softmax():
 
   for got, want in zip(jax.grad(chunked, argnums=(0, 1))(hidden, embed), jax.grad(full, argnums=(0, 1))(hidden, embed)):
     np.testing.assert_allclose(got, want, atol=1e-4)
-
-
-def test_positions_and_mask_skip_left_padding():
-  tokens = jnp.array([[0, 0, 5, 6, 7, 0], [3, 4, 5, 6, 7, 8]])
-  positions, mask = logprobs.positions_and_mask(tokens, pad_id=0)
-  assert positions.tolist() == [[0, 0, 0, 1, 2, 2], [0, 1, 2, 3, 4, 5]]
-  assert mask[0, 4].tolist() == [False, False, True, True, True, False]
-  assert mask[1, 2].tolist() == [True, True, True, False, False, False]
 
 
 def test_model_logps_match_tunix_full_logits():

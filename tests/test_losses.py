@@ -1,4 +1,4 @@
-"""Tests for gemma_grpo.rl.losses: each variant's value against a hand computation.
+"""Tests for gemma_grpo.rl.learner.losses: each variant's value against a hand computation.
 
 The expected numbers are written in numpy straight from the papers' formulas
 (GRPO arXiv 2402.03300 eq. 3 with the k3 KL of eq. 4; DAPO 2503.14476 eq. 8;
@@ -17,7 +17,7 @@ import pytest
 from tunix.rl import function_registry
 from tunix.rl import utils as rl_utils
 
-from gemma_grpo.rl import losses
+from gemma_grpo.rl.learner import losses
 
 # Two completions of one group, T = 4 (the generation limit L): the first has
 # 4 tokens, the second 3. The old policy sampled them; ratios r = pi / pi_old

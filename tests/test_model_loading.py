@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from configs import base
+from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo.model import model_loading
 
@@ -126,7 +127,7 @@ def test_hub_failures_are_explained(monkeypatch, tmp_path, exception, needle):
 
 @pytest.fixture(scope="module")
 def offline_270m_dir():
-  c = _model_config(model_loading.OFFLINE_270M, "~/.cache/gemma_grpo")
+  c = _model_config(config_lib.OFFLINE_MODEL, "~/.cache/gemma_grpo")
   return model_loading.offline_270m_dir(c)
 
 
@@ -145,7 +146,7 @@ def offline_270m(offline_270m_dir):
 
   mesh_config = ml_collections.ConfigDict(dict(fsdp=-1, tp=1))
   mesh = mesh_lib.make_mesh(mesh_config)
-  c = _model_config(model_loading.OFFLINE_270M, "~/.cache/gemma_grpo")
+  c = _model_config(config_lib.OFFLINE_MODEL, "~/.cache/gemma_grpo")
   return model_loading.build(c, mesh), mesh
 
 
@@ -193,7 +194,7 @@ def test_offline_270m_matches_transformers(offline_270m):
 @pytest.mark.slow
 def test_bfloat16_products_keep_the_270m_log_probs_close(offline_270m):
   """model.matmul_dtype=bfloat16 on the real weights: the log-probs the loss reads move little."""
-  from gemma_grpo.rl import logprobs  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.learner import logprobs  # pylint: disable=g-import-not-at-top
 
   loaded, mesh = offline_270m
   mixed = nnx.merge(*nnx.split(loaded.model))
@@ -221,8 +222,7 @@ def test_gemma3_1b_builds_up_to_the_weights():
   """configs/gemma3_1b.py end to end without downloading: abstract 1B + LoRA."""
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from tunix.models.gemma3 import model as gemma3  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.run import cluster as cluster_lib  # pylint: disable=g-import-not-at-top
 
   c = config_lib.load("configs/gemma3_1b.py")
   config_lib.validate(c, num_devices=8)
@@ -355,7 +355,7 @@ def test_multimodal_checkpoint_exports_its_text_model_unchanged(hf_layouts):
   its language_model tensors under Gemma3ForCausalLM names, the vision tower
   dropped."""
   import safetensors.numpy  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.commands import export  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.model import hf_layout  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
@@ -363,7 +363,7 @@ def test_multimodal_checkpoint_exports_its_text_model_unchanged(hf_layouts):
   mesh = mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))
   c = _model_config(str(layout), hf_layouts)
   c.dtype = "float32"
-  exported = export.to_hf(lora.merged_params(model_loading.build(c, mesh).model, 1.0))
+  exported = hf_layout.to_hf(lora.merged_params(model_loading.build(c, mesh).model, 1.0))
   original = {}
   for path in layout.glob("*.safetensors"):
     original.update(safetensors.numpy.load_file(path))

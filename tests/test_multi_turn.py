@@ -13,9 +13,9 @@ from conftest import device_mesh, run_cli, start_processes, wait_all
 from configs import tiny
 from gemma_grpo.runtime import metrics
 from gemma_grpo.model import model_loading
-from gemma_grpo.rl import multi_turn
+from gemma_grpo.rl.engine import multi_turn
 from gemma_grpo.tasks import prompts
-from gemma_grpo.rl import rollout
+from gemma_grpo.rl.engine import rollout
 from gemma_grpo.tasks import tools
 from gemma_grpo.seam import jax_mesh
 import scripted_model

@@ -1,4 +1,4 @@
-"""The optimizer (gemma_grpo/rl/optim.py)."""
+"""The optimizer (gemma_grpo/rl/run/optim.py)."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gemma_grpo import config as config_lib
-from gemma_grpo.rl import optim
+from gemma_grpo.rl.run import optim
 
 
 @pytest.fixture

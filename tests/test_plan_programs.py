@@ -4,28 +4,29 @@ On the simulated 8-device CPU mesh, configs/tiny.py is planned (abstract
 models, no weights) and then trained for one step by the trainer's own
 construction, with spies recording what the rollout engine and the learner
 actually lowered; the update is the trainer's step as compiled ahead of its
-first call (trainers.precompile_train_step's path).
+first call (tunix_trainer.DonatesModel.precompile_train_step's path).
 """
 
 import pytest
 from tunix.sft import sharding_utils
 
 from conftest import device_mesh  # pylint: disable=g-importing-member
-from gemma_grpo.rl import batch_logps
-from gemma_grpo.rl import cluster as cluster_lib
+from gemma_grpo.rl.learner import algorithms
+from gemma_grpo.rl.learner import batch_logps
+from gemma_grpo.rl.run import cluster as cluster_lib
 from gemma_grpo import config as config_lib
 from gemma_grpo.tasks import data as data_lib
-from gemma_grpo.rl import learner as learner_lib
+from gemma_grpo.rl.learner import learner as learner_lib
 from gemma_grpo.model import lora
 from gemma_grpo.runtime import metrics as metrics_lib
 from gemma_grpo.model import model_loading
-from gemma_grpo.rl import optim
+from gemma_grpo.rl.run import optim
 from gemma_grpo.tasks import rewards
-from gemma_grpo.rl import rollout as rollout_lib
+from gemma_grpo.rl.engine import rollout as rollout_lib
 from gemma_grpo.model import tokenizer as tokenizer_lib
-from gemma_grpo.rl import trainers
 from gemma_grpo.plan import programs
 from gemma_grpo.seam import jax_mesh
+from gemma_grpo.seam import tunix_trainer
 
 pytestmark = pytest.mark.slow
 
@@ -68,7 +69,7 @@ def test_plan_lowers_the_programs_that_training_runs(tmp_path, monkeypatch, over
       cluster_config=cluster_lib.cluster_config(
           c, mesh, tmp_path, writer, tokenizer_lib.stop_token_ids(loaded.tokenizer)))
   learner = learner_lib.Learner(
-      rl_cluster=cluster, algo_config=learner_lib.algo_config(c.grpo),
+      rl_cluster=cluster, algo_config=algorithms.algo_config(c.grpo),
       reward_fns=rewards.from_config(c.rewards), rollout_seed=0,
       sampler_logps=c.rollout.decode_dtype != "float32")
   trainer = cluster.actor_trainer
@@ -76,7 +77,7 @@ def test_plan_lowers_the_programs_that_training_runs(tmp_path, monkeypatch, over
     trainer.jit_train_and_eval_step(cache_nnx_graph=True)
     example = sharding_utils.shard_input(
         learner.example_like(config_lib.completions_per_train_step(c)), ("fsdp",))
-    trained = {"update": trainers.jit_train_step(trainer).lower(
+    trained = {"update": tunix_trainer.jit_train_step(trainer).lower(
         trainer.model, trainer.optimizer, example).as_text()}
 
   spy(monkeypatch, rollout_lib, "_prefill", trained)

@@ -97,9 +97,3 @@ def test_moving_average(values, window, expected):
 def test_short_runs_are_smoothed_enough_to_show_their_trend(num_points, window):
   assert curves.smoothing_window(num_points) == window
 
-
-def test_the_drawing_functions_still_import_from_the_command_module():
-  assert plots.write_plots is curves.write_plots
-  assert plots.moving_average is curves.moving_average
-  with pytest.raises(AttributeError):
-    plots.no_such_name  # pylint: disable=pointless-statement

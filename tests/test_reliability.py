@@ -20,7 +20,7 @@ import pytest
 
 from conftest import LEARNING, REPO, run_cli, run_python, start_cli
 from gemma_grpo.runtime import checkpoints
-from gemma_grpo.commands import command
+from gemma_grpo.runtime import endings
 from gemma_grpo import errors
 from gemma_grpo.runtime import metrics
 from gemma_grpo.commands import train
@@ -475,7 +475,7 @@ def test_damaged_latest_checkpoint_is_set_aside_and_the_previous_used(damaged_th
 @pytest.mark.slow
 def test_nan_reward_stops_naming_the_step_and_keeps_the_last_good_checkpoint(damaged_then_nan):
   proc, workdir = damaged_then_nan["proc"], damaged_then_nan["workdir"]
-  assert proc.returncode == command.EXIT_NONFINITE, proc.stderr[-3000:]
+  assert proc.returncode == endings.EXIT_NONFINITE, proc.stderr[-3000:]
   error_lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
   assert error_lines == [
       "error: step 3: reward function nan_on_second_call returned nan for completion 0 (4 of 4"

@@ -13,6 +13,7 @@ import ml_collections
 import pytest
 
 from gemma_grpo import errors
+from gemma_grpo.tasks import answers
 from gemma_grpo.tasks import rewards
 
 
@@ -196,7 +197,7 @@ def test_score_completion(completion, gold, expected):
   assert rewards.score_completion(completion, gold) == expected
   assert rewards.is_correct(completion, gold) is expected["correct"]
   assert rewards.is_partially_correct(completion, gold) is expected["partial"]
-  assert rewards.has_exact_format(completion) is expected["exact_format"]
+  assert answers.has_exact_format(completion) is expected["exact_format"]
 
 
 def test_batch_pairs_each_completion_with_its_gold():

@@ -12,13 +12,13 @@ from tunix.rl.rollout import base_rollout
 
 from conftest import device_mesh
 from configs import tiny
-from gemma_grpo.rl import decode_layers
-from gemma_grpo.rl import lm_head_screen
-from gemma_grpo.rl import logprobs
+from gemma_grpo.rl.engine import decode_layers
+from gemma_grpo.rl.engine import lm_head_screen
+from gemma_grpo.rl.learner import logprobs
 from gemma_grpo.model import lora
 from gemma_grpo.model import model_loading
 from gemma_grpo.tasks import prompts
-from gemma_grpo.rl import rollout
+from gemma_grpo.rl.engine import rollout
 from gemma_grpo.seam import jax_mesh
 
 MAX_PROMPT = 64
@@ -160,7 +160,7 @@ def test_engine_refuses_a_model_it_cannot_prefill(tiny_setup):
 
 
 def trainer_logps(actor, out, temperature):
-  """The trainer's log-probs (gemma_grpo.rl.logprobs) of the engine's completions, [B, T]."""
+  """The trainer's log-probs (gemma_grpo.rl.learner.logprobs) of the engine's completions, [B, T]."""
   width = max(len(t) for t in out.tokens)
   pad = 0
   completion_BxT = np.stack([np.pad(t, (0, width - len(t)), constant_values=pad) for t in out.tokens])

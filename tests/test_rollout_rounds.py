@@ -1,10 +1,10 @@
-"""Tests for gemma_grpo.rl.rollout_rounds: DAPO's overlong penalty, rows, diagnostics."""
+"""Tests for gemma_grpo.rl.learner.rollout_rounds: DAPO's overlong penalty, rows, diagnostics."""
 
 import numpy as np
 import pytest
 
-from gemma_grpo.rl import dynamic_sampling
-from gemma_grpo.rl import rollout_rounds
+from gemma_grpo.rl.learner import dynamic_sampling
+from gemma_grpo.rl.learner import rollout_rounds
 
 
 # --- overlong penalty: L = 16 tokens, buffer B = 4, penalty 1.0 (or 0.5) ------

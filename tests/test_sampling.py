@@ -1,11 +1,11 @@
-"""Choosing tokens from logits (gemma_grpo.rl.sampling): the nucleus and the one top-k."""
+"""Choosing tokens from logits (gemma_grpo.rl.engine.sampling): the nucleus and the one top-k."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from gemma_grpo.rl import sampling as sampling_lib
+from gemma_grpo.rl.engine import sampling as sampling_lib
 
 
 @pytest.mark.parametrize("top_k, top_p, allowed", [

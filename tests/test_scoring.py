@@ -1,4 +1,4 @@
-"""gemma_grpo.tasks.scoring: the eval metrics on hand-written completions, and the paired bootstrap."""
+"""gemma_grpo.rl.eval.scoring: the eval metrics on hand-written completions, and the paired bootstrap."""
 
 import itertools
 
@@ -6,7 +6,7 @@ import pytest
 
 from gemma_grpo.tasks import data as data_lib
 from gemma_grpo.tasks import rewards
-from gemma_grpo.tasks import scoring
+from gemma_grpo.rl.eval import scoring
 
 # Character counts, by hand: <reasoning> 11, </reasoning> 12, <answer> 8, </answer> 9.
 FULL_12 = "<reasoning>r</reasoning><answer>12</answer>"  # 11+1+12+8+2+9 = 43

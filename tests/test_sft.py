@@ -13,7 +13,7 @@ from gemma_grpo.runtime import guards
 from gemma_grpo.runtime import metrics
 from gemma_grpo.model import policy as policy_lib
 from gemma_grpo.tasks import prompts
-from gemma_grpo.rl import sft
+from gemma_grpo.sft import sft
 
 
 class CharTokenizer:
@@ -149,8 +149,3 @@ def test_progress_hooks_write_each_finished_step_and_stop_on_a_nan_loss():
   with pytest.raises(guards.NonFiniteError, match="sft step 3: loss is nan"):
     progress.on_train_step_end(None, 3, float("nan"))
 
-
-def test_the_library_names_still_import_from_the_command_module():
-  from gemma_grpo.commands import sft as sft_command  # pylint: disable=g-import-not-at-top
-
-  assert sft_command.loss_fn is sft.loss_fn and sft_command.encode_examples is sft.encode_examples

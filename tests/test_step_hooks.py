@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 from gemma_grpo.runtime import guards
-from gemma_grpo.rl import step_hooks
+from gemma_grpo.rl.run import step_hooks
 
 
 class Adapter(nnx.Module):

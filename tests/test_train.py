@@ -158,7 +158,7 @@ def test_nothing_compiles_after_the_first_step(tmp_path, overrides):
   proc = run_python(f"""
 import json, logging, threading
 import jax
-from gemma_grpo.rl import step_hooks
+from gemma_grpo.rl.run import step_hooks
 from gemma_grpo.commands import train
 jax.config.update("jax_log_compiles", True)
 state = {{"steps_done": 0, "late": [], "train_step": []}}
@@ -194,12 +194,15 @@ def test_default_workdir_is_named_after_the_config():
     (["--config.grpo.num_generations=1"], "error: grpo.num_generations=1"),
     (["--config.grpo.nope=1"], "error: --config.grpo.nope: unknown key 'nope'"),
     (["--config.mesh.fsdp=3"], "error: mesh.fsdp=3"),
+    # A range is checked with its feature off too (tiny.py calls no tools).
+    (["--config.rollout.max_tool_calls=-2"], "error: rollout.max_tool_calls=-2: must be >= 1"),
 ])
 def test_bad_config_exits_2_with_one_line(tmp_path, args, needle):
   proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(tmp_path / "w"), *args],
                  check=False, timeout=120)
   assert proc.returncode == 2, proc.stderr
   assert needle in proc.stderr
+  assert [line.startswith("error:") for line in proc.stderr.splitlines()].count(True) == 1, proc.stderr
   assert "Traceback" not in proc.stderr
 
 

@@ -1,4 +1,4 @@
-"""Tests for gemma_grpo.rl.train_examples: which log-probs fill the train
+"""Tests for gemma_grpo.rl.learner.train_examples: which log-probs fill the train
 example, and tool results kept in the sequence but out of the loss.
 """
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from configs import base
-from gemma_grpo.rl import algorithms
-from gemma_grpo.rl import losses
-from gemma_grpo.rl import train_examples
+from gemma_grpo.rl.learner import algorithms
+from gemma_grpo.rl.learner import losses
+from gemma_grpo.rl.learner import train_examples
 
 
 def grpo_section(**overrides) -> ml_collections.ConfigDict:

@@ -10,8 +10,8 @@ from configs import base
 from gemma_grpo.model import lora
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.model import model_loading
-from gemma_grpo.commands import sft
-from gemma_grpo.rl import trainers
+from gemma_grpo.sft import sft
+from gemma_grpo.rl.run import trainers
 
 
 def frozen(model):

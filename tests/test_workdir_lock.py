@@ -149,7 +149,8 @@ def test_a_lease_still_being_written_is_never_taken_for_none(tmp_path, monkeypat
 
 LOSER = """
 import sys, time
-from gemma_grpo import storage, workdir_lock
+from gemma_grpo import storage
+from gemma_grpo.runtime import workdir_lock
 lease = workdir_lock.Lease(storage.path(sys.argv[1]), beat_every_s=0.2, settle_s=0.1).acquire()
 print("held", flush=True)
 time.sleep(30)

@@ -169,7 +169,7 @@ def part_loss(args) -> dict:
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import losses  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.learner import losses  # pylint: disable=g-import-not-at-top
 
   ckpt = checkpoint.write(pathlib.Path(args.work) / "ckpt_tiny", "tiny")
   c = config_lib.load(str(REPO / "configs" / "tiny.py"))
@@ -243,7 +243,7 @@ def part_engine(args) -> dict:
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import rollout as rollout_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.engine import rollout as rollout_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.seam import jax_mesh  # pylint: disable=g-import-not-at-top
 
   w = _workload(args)

@@ -12,7 +12,7 @@ real step) in one jitted program, with the weights in three layouts:
   [in, out]        x @ W, the engine's layout before 2026-12-02
   [out, in] -> [B, out]   einsum("bi,oi->bo")
   [out, in] -> [out, B]^T einsum("bi,oi->ob"), an optimization barrier, then
-                   the transpose (gemma_grpo.rl.rollout._project's float32 path)
+                   the transpose (gemma_grpo.rl.engine.decode_dots.project's float32 path)
 
 for float32 and bfloat16 weights (bfloat16 x bfloat16 accumulated in
 float32), the layouts interleaved, median of --repeats, and prints ms per

@@ -20,7 +20,7 @@ faithful   greedy: the accuracy benchmark's 200 held-out equations
            first command's training batches (2 problems x 8 rows, its
            temperature, top-k and token limit) drawn with the bfloat16 engine,
            then the trainer's float32 log-probs of the same tokens
-           (gemma_grpo.rl.logprobs, as the loss computes them): the per-token
+           (gemma_grpo.rl.learner.logprobs, as the loss computes them): the per-token
            importance ratio pi_train / pi_sample, its quantiles, the share
            outside PPO's clip range [0.8, 1.28], and the per-sequence (GSPO)
            ratio; the float32 engine gives the measurement's floor. About
@@ -58,7 +58,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def engines(actor, tokenizer, mesh):
-  from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.engine import rollout  # pylint: disable=g-import-not-at-top
 
   return {d: rollout.GroupedRollout(actor, tokenizer, mesh, decode_dtype=d,
                                     lora_scale=common.LORA_ALPHA / common.LORA_RANK)
@@ -74,12 +74,13 @@ def bytes_per_token(actor, screened: dict[str, bool]) -> dict[str, int]:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
-  from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.engine import decode_layers  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.engine import rollout  # pylint: disable=g-import-not-at-top
 
   out = {}
   for name in DTYPES:
     dtype = rollout.DECODE_DTYPES[name]
-    weights = jax.eval_shape(lambda: rollout.decode_weights(actor, 1.0, dtype))  # pylint: disable=cell-var-from-loop
+    weights = jax.eval_shape(lambda: decode_layers.decode_weights(actor, 1.0, dtype))  # pylint: disable=cell-var-from-loop
     layer_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(weights))
     head = actor.embedder.input_embedding.value
     head_dtype = jnp.bfloat16 if screened[name] else dtype
@@ -142,8 +143,8 @@ def greedy_agreement(actor, tokenizer, mesh, smoke: bool, variants: dict | None 
   """
   from configs import gemma3_270m_accuracy  # pylint: disable=g-import-not-at-top
   from gemma_grpo.tasks import data as data_lib  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import eval_generation  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.tasks import scoring  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.eval import generation  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.eval import scoring  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   variants = variants or {d: (actor, d) for d in DTYPES}
@@ -154,7 +155,7 @@ def greedy_agreement(actor, tokenizer, mesh, smoke: bool, variants: dict | None 
   out = {}
   for d in DTYPES:
     policy, decode_dtype = variants[d]
-    generator = eval_generation.Generator(
+    generator = generation.Generator(
         policy, tokenizer, mesh, max_prompt_length=c.rollout.max_prompt_length,
         max_new_tokens=c.eval.max_new_tokens, stop_token_ids=tokenizer_lib.stop_token_ids(tokenizer),
         stop_text=c.rollout.stop_text, engine="grouped",
@@ -162,7 +163,7 @@ def greedy_agreement(actor, tokenizer, mesh, smoke: bool, variants: dict | None 
     start = time.perf_counter()
     with mesh:
       done = generator.generate([p.prompt for p in problems],
-                                eval_generation.Decoding(max_new_tokens=c.eval.max_new_tokens),
+                                generation.Decoding(max_new_tokens=c.eval.max_new_tokens),
                                 batch_size=c.eval.batch_size)
     metrics, samples = scoring.score(problems, done.texts, done.truncated, num_tokens=done.num_tokens)
     out[d] = {"token_ids": done.token_ids, "correct": [bool(s["correct"]) for s in samples],
@@ -209,7 +210,7 @@ def sampled_ratios(actor, tokenizer, mesh, steps: int, smoke: bool) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import logprobs  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.learner import logprobs  # pylint: disable=g-import-not-at-top
 
   c = gemma3_270m.get_config()
   if smoke:

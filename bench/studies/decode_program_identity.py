@@ -7,18 +7,21 @@ without `rollout.tools` executes) on configs/tiny.py, greedy and sampled with
 log-probs, from this checkout and from the decode path's modules at git
 revision REV, and prints whether their StableHLO texts are byte-identical.
 Identical text compiles to the identical executable. The decode path is the
-engine (gemma_grpo/rl/rollout.py, gemma_grpo/rollout.py before the package
-had layers) and, at revisions that have them, the modules split out of it
-(DECODE_PATH); the rest of gemma_grpo is this checkout's at both. Against
-6c3457e, before tool calls, it showed that the multi-turn engine costs the
-one-turn path nothing. Output: docs/results/tools/decode_program_identity.txt.
+engine (LAYOUTS: where rollout.py stood at each revision) and, at revisions
+that have them, the modules split out of it (DECODE_PATH); the rest of
+gemma_grpo is this checkout's at both, so a revision's engine must import
+the rest under the names this checkout has: revisions since rl/engine/ do.
+Against 6c3457e, before tool calls, it showed that the multi-turn engine
+costs the one-turn path nothing; it ran at 08289ba, when the old flat names
+still imported (docs/results/tools/decode_program_identity.txt): rerun that
+comparison from a checkout of 08289ba.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import hashlib
+import importlib
 import importlib.util
 import pathlib
 import subprocess
@@ -33,7 +36,9 @@ for path in (REPO, REPO / "tests"):
 
 # The decode path's modules split out of rollout.py, each after those it imports.
 DECODE_PATH = ("decode_dots", "sampling", "lm_head_screen", "decode_layers", "multi_turn")
-ENGINE_PATHS = ("gemma_grpo/rl/rollout.py", "gemma_grpo/rollout.py")  # now; before the layers
+# (the engine's folder, its package) now, in rl/ before rl/engine/, and before the layers.
+LAYOUTS = (("gemma_grpo/rl/engine", "gemma_grpo.rl.engine"), ("gemma_grpo/rl", "gemma_grpo.rl"),
+           ("gemma_grpo", "gemma_grpo"))
 
 
 def source_at(rev: str, path: str) -> str | None:
@@ -58,33 +63,34 @@ def module_at(rev: str):
   """The engine module as it was at `rev`, run on that revision's decode path.
 
   While it loads, each DECODE_PATH module that existed at `rev` stands in for
-  this checkout's under its own name (in sys.modules and in gemma_grpo.rl),
-  so the engine's imports bind the revision's; then this checkout's return.
+  this checkout's under its own name (in sys.modules and in its package), so
+  the engine's imports bind the revision's; then this checkout's return.
   """
-  import gemma_grpo.rl  # pylint: disable=g-import-not-at-top
-
-  engine = next((s for s in map(functools.partial(source_at, rev), ENGINE_PATHS) if s), None)
-  if engine is None:
-    sys.exit(f"--rev {rev}: no {' or '.join(ENGINE_PATHS)} at that revision")
+  found = next(((folder, package, source) for folder, package in LAYOUTS
+                if (source := source_at(rev, f"{folder}/rollout.py"))), None)
+  if found is None:
+    sys.exit(f"--rev {rev}: no rollout.py in any of {[folder for folder, _ in LAYOUTS]}")
+  folder, package_name, engine = found
+  package = importlib.import_module(package_name)
   now = {}
   try:
     for short in DECODE_PATH:
-      source = source_at(rev, f"gemma_grpo/rl/{short}.py")
+      source = source_at(rev, f"{folder}/{short}.py")
       if source is None:
         continue
-      name = f"gemma_grpo.rl.{short}"
+      name = f"{package_name}.{short}"
       now[short] = sys.modules.get(name)
-      setattr(gemma_grpo.rl, short, load(name, source))
+      setattr(package, short, load(name, source))
     return load("rollout_then", engine)
   finally:
     for short, module in now.items():
-      name = f"gemma_grpo.rl.{short}"
+      name = f"{package_name}.{short}"
       if module is None:
         del sys.modules[name]
-        delattr(gemma_grpo.rl, short)
+        delattr(package, short)
       else:
         sys.modules[name] = module
-        setattr(gemma_grpo.rl, short, module)
+        setattr(package, short, module)
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
   flock /tmp/gemma_grpo_heavy.lock python bench/studies/engine_ab.py --base REV [--repeats 8] [--json OUT]
       [--decode-dtype bfloat16 --logprobs] [--prompts 2 --generations 8 --prompt-width 384]
 
-Loads `gemma_grpo/rl/rollout.py` as it was at REV (`git show`) beside this
+Loads `gemma_grpo/rl/engine/rollout.py` as it was at REV (`git show`) beside this
 checkout's, builds both engines on the offline Gemma-3-270M LoRA policy
 (bench/rollout.py's build_policy), and times the fixed workload's rollout (4
 GSM8K prompts x 2 rows, 64 new tokens, temperature 0.9, top-k 50, never
@@ -23,8 +23,10 @@ them with rollout.decode_dtype=bfloat16 (which asks for the sampler's
 log-probs); the default is the float32 engine, which the trainer runs
 without them.
 
-Only rollout.py is swapped: a change elsewhere in gemma_grpo is not compared.
-Asserts nothing.
+Only rollout.py is swapped: a change elsewhere in gemma_grpo is not compared,
+and REV's rollout.py must import the module names this checkout has (those
+since the engine moved into rl/engine/; for an older REV, run this script
+from a checkout of that time). Asserts nothing.
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def rollout_module_at(revision: str):
-  """gemma_grpo/rl/rollout.py as it was at `revision`, imported as its own module."""
-  source = subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:gemma_grpo/rl/rollout.py"],
+  """gemma_grpo/rl/engine/rollout.py as it was at `revision`, imported as its own module."""
+  source = subprocess.run(["git", "-C", str(REPO), "show", f"{revision}:gemma_grpo/rl/engine/rollout.py"],
                           check=True, capture_output=True, text=True).stdout
   path = pathlib.Path(tempfile.mkdtemp()) / "rollout_base.py"
   path.write_text(source)
@@ -86,7 +88,7 @@ def measure(base: str, repeats: int, decode_dtype: str, logprobs: bool,
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
   import rollout as rollout_bench  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.engine import rollout  # pylint: disable=g-import-not-at-top
 
   modules = {"base": rollout_module_at(base), "this": rollout}
   actor, tokenizer, mesh = rollout_bench.build_policy(common.offline_270m_dir())

@@ -17,7 +17,7 @@ runs it), this times (jitted, median of --repeats after a warm-up):
               transpose to [B, V]
   [B, V] + top-k 50 and [V, B]^T + top-k 50: the same followed by the
               sampler's top-k, as the decode step uses the logits
-  engine      gemma_grpo.rl.rollout._project (the LM head and every decode
+  engine      gemma_grpo.rl.engine.decode_dots.project (the LM head and every decode
               dot), which takes [V, B]^T for a float32 head and [B, V]
               otherwise, with the top-k
 
@@ -66,7 +66,7 @@ def main() -> int:
   parser.add_argument("--width", type=int, default=640)
   args = parser.parse_args()
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
-  from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.engine import decode_dots  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(0)
   head32_VxD = rng.standard_normal((args.vocab, args.width), dtype=np.float32)
@@ -83,7 +83,7 @@ def main() -> int:
           ("old", row_major), ("new", column_major),
           ("old_k", lambda x, h: top_k(row_major(x, h))),
           ("new_k", lambda x, h: top_k(column_major(x, h))),
-          ("engine_k", lambda x, h: top_k(rollout._project(x, h))))}  # pylint: disable=protected-access
+          ("engine_k", lambda x, h: top_k(decode_dots.project(x, h))))}
       print(f"{jnp.dtype(dtype).name} | {rows} | {read:.1f} | {timed['old']:.1f}"
             f" | {timed['new']:.1f} | {timed['old_k']:.1f} | {timed['new_k']:.1f}"
             f" | {timed['engine_k']:.1f} | {timed['old'] / timed['new']:.2f}"

@@ -61,7 +61,7 @@ def measure(repeats: int, smoke: bool) -> dict:
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
   import rollout as rollout_bench  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.engine import rollout  # pylint: disable=g-import-not-at-top
 
   actor, tokenizer, mesh = policy(smoke)
   texts = rollout_bench.batch_texts(common.PROMPTS_PER_STEP, common.GENERATIONS)

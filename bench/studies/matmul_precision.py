@@ -65,7 +65,7 @@ def policies(actor) -> dict:
 
 
 def engine_for(policy, tokenizer, mesh):
-  from gemma_grpo.rl import rollout  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.engine import rollout  # pylint: disable=g-import-not-at-top
 
   return rollout.GroupedRollout(policy, tokenizer, mesh,
                                 lora_scale=common.LORA_ALPHA / common.LORA_RANK)
@@ -84,8 +84,8 @@ def sampled(by_variant: dict, tokenizer, mesh, steps: int, smoke: bool) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
 
   from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import logprobs  # pylint: disable=g-import-not-at-top
-  from gemma_grpo.rl import losses  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.learner import logprobs  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.learner import losses  # pylint: disable=g-import-not-at-top
 
   import decode_precision  # pylint: disable=g-import-not-at-top
 

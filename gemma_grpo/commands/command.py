@@ -27,24 +27,17 @@ from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo import storage
 from gemma_grpo.runtime import distributed
-from gemma_grpo.runtime import endings
 from gemma_grpo.runtime import metrics as metrics_lib
 from gemma_grpo.runtime import workdir_lock
 from gemma_grpo.tasks import rewards
-
-# The codes of a run that ended early, and its epilogue (the library's, for api.train too).
-EXIT_NONFINITE = endings.EXIT_NONFINITE
-EXIT_REWARD_FUNCTION = endings.EXIT_REWARD_FUNCTION
-stopped = endings.stopped
 
 
 def freeze_loaded_modules() -> None:
   """Exempts what is loaded so far (JAX, Tunix and the rest) from garbage collection.
 
-  A full collection walks every tracked object, about 600,000 once those
-  libraries are in (0.3 s each on a 2-core CPU), and Tunix forces one when it
-  builds the RL cluster and when it reports memory; frozen, they take
-  milliseconds. The frozen objects are modules and what they hold for the
+  A full collection walks every tracked object, hundreds of thousands once
+  those libraries are in, and Tunix forces one when it builds the RL cluster
+  and when it reports memory; frozen objects are not walked. The frozen objects are modules and what they hold for the
   life of the process.
   """
   gc.freeze()

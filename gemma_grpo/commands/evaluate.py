@@ -7,7 +7,7 @@
   gemma-grpo eval --workdir runs/x --data ... --compare runs/eval/gguf_gemma-3-270m
 
 The command: what to evaluate (a run's checkpoint or a model source), on
-which problems, decoded how; the metrics themselves are gemma_grpo.tasks.scoring's
+which problems, decoded how; the metrics themselves are gemma_grpo.rl.eval.scoring's
 (listed there), the same as the in-training eval's.
 
 Outputs in --out: eval.json (metrics, resolved settings, the config used,
@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
   which.add_argument("--config", help=f"config file (default {DEFAULT_CONFIG}); not with --workdir")
   which.add_argument("--workdir", help="a training run: its latest (or --step) checkpoint")
   which.add_argument("--step", type=int, help="checkpoint step of --workdir")
-  which.add_argument("--model", help="model source: gguf:gemma-3-270m | hf:<repo> | HF dir | random")
+  which.add_argument("--model", help=f"model source: {config_lib.OFFLINE_MODEL} | hf:<repo> | HF dir | random")
   on = p.add_argument_group("data")
   on.add_argument("--data", help="gsm8k (hub) | GSM8K-format .jsonl/.parquet | reasoning_gym:<task>"
                   " (default: the config's data.source when it is gsm8k, whose test split is"
@@ -91,31 +91,30 @@ def main(argv: list[str] | None = None) -> int:
     c = None if args.workdir else (
         config_lib.load(args.config) if args.config else config_lib.offline_270m())
     # The library only now that the flags are sound: JAX and Tunix take seconds to import.
-    from gemma_grpo.rl import eval_targets, evaluation  # pylint: disable=g-import-not-at-top
+    from gemma_grpo.rl.eval import evaluation, problem_sets, reports, scoring, targets  # pylint: disable=g-import-not-at-top
     from gemma_grpo.runtime import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
-    from gemma_grpo.tasks import eval_data, eval_report, scoring  # pylint: disable=g-import-not-at-top
 
     picked = not (args.workdir or args.model or args.config)
-    if picked and (latest := eval_targets.latest_run(pathlib.Path("runs"))) is not None:
+    if picked and (latest := targets.latest_run(pathlib.Path("runs"))) is not None:
       # The question after the first command: did it learn? Run vs its base.
       args.workdir, c = str(latest), None
       print(f"evaluating the most recent run, {latest} (pass --workdir, --model or"
             " --config to choose another), against its base model", flush=True)
-    target, c = eval_targets.choose(c, overrides, workdir=args.workdir, step=args.step,
+    target, c = targets.choose(c, overrides, workdir=args.workdir, step=args.step,
                                     model=args.model)
     if picked and target.workdir is not None and not args.compare:
       args.compare = c.model.source
-    args.data = args.data or eval_data.default_data(c.data)
+    args.data = args.data or problem_sets.default_data(c.data)
     if args.split is not None and args.data != "gsm8k":
       raise errors.UserError(f"--split {args.split}: only for --data gsm8k (a hub dataset)")
     decoding = evaluation.decoding(
         c, num_samples=args.num_samples, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
         batch_size=args.batch_size)
-    problems, data_info = eval_data.load_problems(args.data, c.data, split=args.split,
+    problems, data_info = problem_sets.load_problems(args.data, c.data, split=args.split,
                                                   num_test=args.num_test)
     plan = evaluation.plan(c, problems, data_info, decoding, args.num_samples)
-    base_report, baseline = eval_targets.baseline(args.compare, c) if args.compare else (None, None)
+    base_report, baseline = targets.baseline(args.compare, c) if args.compare else (None, None)
     reason = evaluation.contaminated(target, plan)
     if reason:
       _warn_contaminated(reason)
@@ -136,14 +135,14 @@ def main(argv: list[str] | None = None) -> int:
         f" {report['timing']['generated_tokens']} tokens in {report['timing']['generate_s']:.1f} s")
   base_report = result.base_report or base_report
   if base_report is None:
-    print(eval_report.table(report["metrics"]))
+    print(reports.table(report["metrics"]))
   else:
     label = args.compare if len(args.compare) <= 40 else "..." + args.compare[-37:]
-    print(eval_report.table(report["metrics"], base_report["metrics"], label))
-    b_samples = result.base_samples or eval_report.read_samples(pathlib.Path(args.compare).expanduser())
+    print(reports.table(report["metrics"], base_report["metrics"], label))
+    b_samples = result.base_samples or reports.read_samples(pathlib.Path(args.compare).expanduser())
     paired = scoring.paired_accuracy_line(b_samples, result.samples) if b_samples else None
     print(paired or "note: the baseline scored other problems; no paired interval")
-    diffs = eval_report.setting_differences(base_report, report)
+    diffs = reports.setting_differences(base_report, report)
     if diffs:
       print(f"note: the baseline was evaluated differently: {'; '.join(diffs)}")
   print(f"wrote {out / scoring.SUMMARY_FILE} and {out / scoring.SAMPLES_FILE}", flush=True)

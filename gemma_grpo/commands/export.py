@@ -24,32 +24,11 @@ gemma_grpo.model.hf_layout (names and layouts).
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from gemma_grpo import errors
 from gemma_grpo.model import export_formats
 from gemma_grpo.runtime import metrics as metrics_lib
-
-FORMATS = export_formats.FORMATS
-DTYPES = export_formats.DTYPES
-QUANTS = export_formats.QUANTS
-
-# Names this module had before the export moved to the library, still here.
-_MOVED = {
-    **dict.fromkeys(("to_hf", "merged_tensors", "text_config"), "gemma_grpo.model.hf_layout"),
-    **dict.fromkeys(("GGUF_FILE", "SINGLE_FILE", "INDEX_FILE", "parse_size", "shard_names",
-                     "write_safetensors", "save_tokenizer", "gguf_vocabulary", "check_options",
-                     "export_hf", "export_gguf", "export_policy", "export"),
-                    "gemma_grpo.model.hf_export"),
-}
-
-
-def __getattr__(name: str):
-  if name in _MOVED:
-    return getattr(importlib.import_module(_MOVED[name]), name)
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 def main(argv: list[str] | None = None) -> int:
   """`gemma-grpo export --workdir DIR --out DIR [options]`."""
@@ -62,11 +41,11 @@ def main(argv: list[str] | None = None) -> int:
                       help="output directory (must be new or empty); with --format gguf, a path"
                            " ending in .gguf writes that one file")
   parser.add_argument("--step", type=int, help="checkpoint step (default: the latest)")
-  parser.add_argument("--dtype", choices=DTYPES, default="float32", help="saved weight dtype (cast after merging)")
-  parser.add_argument("--format", choices=FORMATS, default="hf", dest="fmt",
+  parser.add_argument("--dtype", choices=export_formats.DTYPES, default="float32", help="saved weight dtype (cast after merging)")
+  parser.add_argument("--format", choices=export_formats.FORMATS, default="hf", dest="fmt",
                       help="hf: safetensors directory; gguf: one GGUF file for llama.cpp")
   # Not argparse `choices`: a bad value gets the one-line error that names the fix (K-quants).
-  parser.add_argument("--quant", metavar="|".join(QUANTS),
+  parser.add_argument("--quant", metavar="|".join(export_formats.QUANTS),
                       help="quantize the GGUF (--format gguf): q8_0 (8-bit, near float32) or q4_0;"
                            " norms stay F32")
   parser.add_argument("--max-shard-size", default="2GB", help="largest safetensors shard (hf)")

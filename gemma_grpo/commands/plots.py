@@ -12,21 +12,9 @@ series are drawn faint with a moving average on top (gemma_grpo.runtime.curves).
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 from gemma_grpo import errors
-
-# Names this module had before the drawing moved to the library, still here.
-_MOVED = {name: "gemma_grpo.runtime.curves"
-          for name in ("write_plots", "moving_average", "smoothing_window")}
-
-
-def __getattr__(name: str):
-  if name in _MOVED:
-    return getattr(importlib.import_module(_MOVED[name]), name)
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
 
 def main(argv: list[str] | None = None) -> int:
   """`gemma-grpo plot WORKDIR`."""

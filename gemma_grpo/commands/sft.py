@@ -14,32 +14,21 @@ with the loss on the model turn only. Checkpoints use the GRPO layout, so
 into the base, which then is also the KL reference).
 
 Arguments and exit codes: gemma_grpo.commands.command (shared with `train`);
-the training itself: gemma_grpo.rl.sft.
+the training itself: gemma_grpo.sft.sft.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 
 import ml_collections
 
 from gemma_grpo.commands import command
 
-# Names this module had before the training moved to the library, still here.
-_MOVED = dict.fromkeys(("target_text", "encode_examples", "loss_fn", "batches"), "gemma_grpo.rl.sft")
-
-
-def __getattr__(name: str):
-  if name in _MOVED:
-    return getattr(importlib.import_module(_MOVED[name]), name)
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   """Runs supervised LoRA training on a validated config; returns the exit code."""
   # JAX and Tunix load only now, once the config is known to be good.
-  from gemma_grpo.rl import sft as sft_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.sft import sft as sft_lib  # pylint: disable=g-import-not-at-top
 
   command.freeze_loaded_modules()
   return sft_lib.sft(c, workdir)

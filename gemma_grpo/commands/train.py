@@ -1,19 +1,18 @@
 """GRPO training: `python -m gemma_grpo.train --config configs/gemma3_270m.py`.
 
 Builds the model, LoRA policy, data and a Tunix RLCluster (actor, reference,
-and an in-process rollout: gemma_grpo.rl.rollout, or Tunix's vanilla sampler with
+and an in-process rollout: gemma_grpo.rl.engine.rollout, or Tunix's vanilla sampler with
 rollout.engine=tunix) and runs the chosen GRPO-family learner. Rerunning the same
 command resumes from the latest checkpoint in the work directory, data
 position and sampling keys included, so an interrupted run continues exactly
 as the uninterrupted one would have.
 
 Arguments and exit codes: gemma_grpo.commands.command (shared with `sft`);
-the run itself: gemma_grpo.rl.training_run.
+the run itself: gemma_grpo.rl.run.training_run.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
@@ -21,21 +20,10 @@ import ml_collections
 
 from gemma_grpo.commands import command
 
-# Names this module had before the run moved to the library, still here.
-_MOVED = dict.fromkeys(("Start", "preflight", "check_tools", "heldout_summary"),
-                       "gemma_grpo.rl.training_run")
-
-
-def __getattr__(name: str):
-  if name in _MOVED:
-    return getattr(importlib.import_module(_MOVED[name]), name)
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def train(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> int:
   """Trains a validated config until `c.train.max_steps`; returns the exit code."""
   # JAX and Tunix load only now, once the config is known to be good.
-  from gemma_grpo.rl import training_run  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.run import training_run  # pylint: disable=g-import-not-at-top
 
   command.freeze_loaded_modules()
   return training_run.train(c, workdir)

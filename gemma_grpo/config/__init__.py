@@ -23,6 +23,7 @@ from gemma_grpo.config.choices import LORA_MODULES
 from gemma_grpo.config.choices import MATMUL_DTYPES
 from gemma_grpo.config.choices import OFFLINE_MODEL
 from gemma_grpo.config.choices import REASONING_GYM_PREFIX
+from gemma_grpo.config.choices import REWARD_FUNCTIONS
 from gemma_grpo.config.choices import ROLLOUT_ENGINES
 from gemma_grpo.config.choices import SCREEN_SETTINGS
 from gemma_grpo.config.defaults import defaults

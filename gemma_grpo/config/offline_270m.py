@@ -24,21 +24,15 @@ EXAMPLES = (
 def offline_270m() -> ml_collections.ConfigDict:
   """The first command's settings: configs/gemma3_270m.py returns exactly these."""
   c = defaults()
-  c.model.source = "gguf:gemma-3-270m"
-  c.model.dtype = "float32"  # bf16 is slower on CPU
   c.data.source = "reasoning_gym:simple_equations"
   c.data.reasoning_gym_options = ml_collections.ConfigDict(dict(
       min_terms=2, max_terms=2, min_value=1, max_value=10,
       operators=("+", "-"), operators_weights=(0.5, 0.5)))
   c.data.few_shot = EXAMPLES
-  c.data.num_heldout = 32
-  c.lora.rank = 32
-  c.lora.alpha = 32.0
   c.grpo.num_generations = 8
   c.grpo.beta = 0.04
   c.train.batch_size = 2
   c.train.max_steps = 20
-  c.rollout.temperature = 0.9
   c.rollout.max_prompt_length = 384
   c.rollout.max_new_tokens = 64
   c.rollout.kv_cache_size = 448
@@ -46,9 +40,7 @@ def offline_270m() -> ml_collections.ConfigDict:
   c.optim.peak_lr = 2e-5
   c.optim.warmup_fraction = 0.0  # 20 steps: no step to spare at rate 0
   c.eval.every_steps = 20  # and before the first step
-  c.eval.num_examples = 32
-  c.eval.batch_size = 32  # all 32 in one batch: a decode step reads every weight, whatever the rows
+  c.eval.batch_size = 32  # all of eval.num_examples in one batch: a decode step reads every weight, whatever the rows
   c.eval.max_new_tokens = 64
-  c.ckpt.every_steps = 10
   c.log.flush_every_steps = 1
   return c

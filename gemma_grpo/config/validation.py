@@ -1,7 +1,10 @@
 """Validate a config before anything heavy starts: every problem at once, one line each.
 
 Each line names the field, the value and the fix. One function per config
-section returns that section's problems; `validate` joins them. The rewards
+section returns that section's problems; `validate` joins them. Every key's
+type and range are checked whether or not the feature it belongs to is on
+(tools, a random model, dynamic sampling), so a bad value fails the command
+that has it, not a later one that turns the feature on. The rewards
 section is checked by gemma_grpo.tasks.rewards.check_config, which knows the
 reward functions (this package imports nothing of the trainer).
 """
@@ -87,15 +90,14 @@ def _model_problems(m: ml_collections.ConfigDict) -> list[str]:
   _check(p, m.matmul_dtype in choices.MATMUL_DTYPES,
          f"model.matmul_dtype={m.matmul_dtype!r}: use one of {', '.join(choices.MATMUL_DTYPES)}")
   p.extend(_model_source_problems(m))
-  if m.source == "random":
-    rnd = m.random
-    for key in ("num_layers", "embed_dim", "hidden_dim", "num_heads", "head_dim", "num_kv_heads", "sliding_window"):
-      _check(p, rnd[key] >= 1, f"model.random.{key}={rnd[key]}: must be >= 1")
-    _check(p, rnd.num_kv_heads < 1 or rnd.num_heads % rnd.num_kv_heads == 0,
-           f"model.random.num_kv_heads={rnd.num_kv_heads}: must divide model.random.num_heads={rnd.num_heads}")
-    # Token ids beyond the embedding table would be clamped silently by JAX.
-    _check(p, rnd.vocab_size >= choices.GEMMA_VOCAB_SIZE,
-           f"model.random.vocab_size={rnd.vocab_size}: must be >= {choices.GEMMA_VOCAB_SIZE}, the Gemma tokenizer's vocabulary")
+  rnd = m.random
+  for key in ("num_layers", "embed_dim", "hidden_dim", "num_heads", "head_dim", "num_kv_heads", "sliding_window"):
+    _check(p, rnd[key] >= 1, f"model.random.{key}={rnd[key]}: must be >= 1")
+  _check(p, rnd.num_kv_heads < 1 or rnd.num_heads % rnd.num_kv_heads == 0,
+         f"model.random.num_kv_heads={rnd.num_kv_heads}: must divide model.random.num_heads={rnd.num_heads}")
+  # Token ids beyond the embedding table would be clamped silently by JAX.
+  _check(p, rnd.vocab_size >= choices.GEMMA_VOCAB_SIZE,
+         f"model.random.vocab_size={rnd.vocab_size}: must be >= {choices.GEMMA_VOCAB_SIZE}, the Gemma tokenizer's vocabulary")
   return p
 
 
@@ -117,7 +119,7 @@ def _data_source_problems(d: ml_collections.ConfigDict) -> list[str]:
 def _data_problems(d: ml_collections.ConfigDict) -> list[str]:
   p = _data_source_problems(d)
   _check(p, d.heldout_unseen_by in choices.HELDOUT_UNSEEN_BY,
-         f"data.heldout_unseen_by={d.heldout_unseen_by!r}: must be none, question or equation")
+         f"data.heldout_unseen_by={d.heldout_unseen_by!r}: must be one of {', '.join(choices.HELDOUT_UNSEEN_BY)}")
   _check(p, d.num_heldout >= 0, f"data.num_heldout={d.num_heldout}: must be >= 0")
   _check(p, d.reasoning_gym_size >= 1, f"data.reasoning_gym_size={d.reasoning_gym_size}: must be >= 1")
   _check(p, d.max_examples >= 0, f"data.max_examples={d.max_examples}: must be >= 0 (0 = all)")
@@ -196,10 +198,9 @@ def _rollout_problems(r: ml_collections.ConfigDict, eval_max_new_tokens: int) ->
   _check(p, r.top_k >= 0, f"rollout.top_k={r.top_k}: must be >= 0 (0 = no top-k)")
   _check(p, r.max_prompt_length >= 8, f"rollout.max_prompt_length={r.max_prompt_length}: too small for the instruction; use >= 128")
   _check(p, r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens}: must be >= 1")
-  if r.tools:
-    _check(p, r.engine == "grouped", f"rollout.tools={r.tools!r} needs rollout.engine='grouped' (Tunix's sampler cannot pause for a tool)")
-    _check(p, r.max_tool_calls >= 1, f"rollout.max_tool_calls={r.max_tool_calls}: must be >= 1 with rollout.tools set")
-    _check(p, r.tool_time_limit > 0, f"rollout.tool_time_limit={r.tool_time_limit}: must be > 0 seconds")
+  _check(p, not r.tools or r.engine == "grouped", f"rollout.tools={r.tools!r} needs rollout.engine='grouped' (Tunix's sampler cannot pause for a tool)")
+  _check(p, r.max_tool_calls >= 1, f"rollout.max_tool_calls={r.max_tool_calls}: must be >= 1")
+  _check(p, r.tool_time_limit > 0, f"rollout.tool_time_limit={r.tool_time_limit}: must be > 0 seconds")
   need = r.max_prompt_length + max(r.max_new_tokens, eval_max_new_tokens)
   _check(p, r.kv_cache_size >= need, f"rollout.kv_cache_size={r.kv_cache_size}: must hold max_prompt_length + max_new_tokens = {need}; set --config.rollout.kv_cache_size={need}")
   return p
@@ -211,7 +212,8 @@ def _optim_problems(o: ml_collections.ConfigDict) -> list[str]:
   _check(p, 0 <= o.warmup_fraction < 1, f"optim.warmup_fraction={o.warmup_fraction}: warmup must end before train.max_steps; use a value in [0, 1)")
   _check(p, 0 <= o.end_lr <= o.peak_lr, f"optim.end_lr={o.end_lr}: must be in [0, optim.peak_lr={o.peak_lr}]")
   _check(p, o.max_grad_norm > 0, f"optim.max_grad_norm={o.max_grad_norm}: must be > 0")
-  _check(p, 0 <= o.b1 < 1 and 0 <= o.b2 < 1, f"optim.b1={o.b1}, optim.b2={o.b2}: must be in [0, 1)")
+  for key in ("b1", "b2"):
+    _check(p, 0 <= o[key] < 1, f"optim.{key}={o[key]}: must be in [0, 1)")
   _check(p, o.weight_decay >= 0, f"optim.weight_decay={o.weight_decay}: must be >= 0")
   return p
 
@@ -267,7 +269,29 @@ def _log_problems(log: ml_collections.ConfigDict) -> list[str]:
   return p
 
 
-def _mesh_problems(mesh: ml_collections.ConfigDict, num_devices: int) -> list[str]:
+def _seed_problems(c: ml_collections.ConfigDict) -> list[str]:
+  """Every *.seed and *_seed key: numpy's generators take only seeds >= 0."""
+  p: list[str] = []
+  for section in c.keys():
+    for key, value in _leaves(c[section], f"{section}."):
+      if key.endswith(("seed", "_seed")) and isinstance(value, int):
+        _check(p, value >= 0, f"{key}={value}: must be >= 0")
+  return p
+
+
+def _leaves(node: ml_collections.ConfigDict, prefix: str):
+  for key in node.keys():
+    if isinstance(node[key], ml_collections.ConfigDict):
+      yield from _leaves(node[key], f"{prefix}{key}.")
+    else:
+      yield f"{prefix}{key}", node[key]
+
+
+def _mesh_problems(mesh: ml_collections.ConfigDict, num_devices: int | None) -> list[str]:
+  """The axis sizes always; with `num_devices`, whether they fill the devices."""
+  p = derived.mesh_size_problems(mesh)
+  if p or num_devices is None:
+    return p
   try:
     derived.mesh_shape(mesh, num_devices)
   except errors.UserError as e:
@@ -278,8 +302,8 @@ def _mesh_problems(mesh: ml_collections.ConfigDict, num_devices: int) -> list[st
 def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
   """Raises UserError listing every problem in `c`, one per line.
 
-  With `num_devices` the mesh is checked too; without it, everything that
-  needs no device is (so a bad flag fails before JAX starts). The rewards
+  With `num_devices` the mesh is checked against them too; without it,
+  everything that needs no device is (so a bad flag fails before JAX starts). The rewards
   section is gemma_grpo.tasks.rewards.check_config's to check.
   """
   p: list[str] = _type_problems(c)
@@ -297,7 +321,7 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
   p += _ckpt_problems(c.ckpt)
   p += _sft_problems(c.sft, c.rollout.max_prompt_length)
   p += _log_problems(c.log)
-  if num_devices is not None:
-    p += _mesh_problems(c.mesh, num_devices)
+  p += _seed_problems(c)
+  p += _mesh_problems(c.mesh, num_devices)
   if p:
     raise errors.UserError("\n".join(p))

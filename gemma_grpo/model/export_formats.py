@@ -8,3 +8,4 @@ DTYPES = ("float32", "bfloat16")  # the saved weights' dtype, cast after merging
 # GGUF block quantizations, by llama.cpp's names: the ones gguf-py can write. K-quants
 # (q4_k_m, ...) it can only read: llama.cpp's llama-quantize makes them from the float32 file.
 QUANTS = ("q8_0", "q4_0")
+GGUF_FILE = "model.gguf"  # the one file a gguf export writes, beside its README.md

@@ -2,8 +2,8 @@
 
 * `decode_only_last_token`: Tunix's sampler asks for it (when the model's
   signature has it) so the prefill computes logits for the last prompt
-  position only. Without it a prefill of 8 prompts x 256 tokens materialises
-  8 x 256 x 262,144 float32 logits (2 GiB) to keep one row per prompt.
+  position only. Without it a prefill materialises float32 logits over the
+  whole vocabulary at every prompt position, to keep one row per prompt.
 * `return_hidden` / `hidden_states`: the final-norm activations, so
   log-probabilities can be computed for completion positions only, in
   vocabulary chunks. It goes through `__call__` because that is the one
@@ -16,9 +16,9 @@
   pass written out. Autodiff of Qwix's form leaves XLA:CPU contracting the
   token axes of the [tokens, F] gate/up gradient against the small x·A,
   which it does by writing that gradient transposed in a strided loop
-  fusion: most of the 2.4 of 9.8 thread-seconds that the 270M's update
-  spent copying (bench/update_step.py --profile). Written out, every
-  gradient dot reads its large operand in place. Needs `lora_scale`
+  fusion, the largest of the update's copies. Written out, every gradient
+  dot reads its large operand in place (BENCHMARKS.md, "The update's
+  gradient program", measures both). Needs `lora_scale`
   (alpha / r) on the model, which lora.apply sets; without it Qwix's path
   runs. Seam touch 10 (seam/tunix_gemma3.py).
 * The feed-forward's backward pass recomputes its forward from the block's
@@ -50,6 +50,19 @@ from tunix.models.gemma3 import model as gemma3
 from tunix.utils import sharding_utils
 
 from gemma_grpo.seam import tunix_gemma3
+
+
+def positions_and_mask(tokens_BxL: jax.Array, pad_id: int):
+  """The model's inputs for left-padded tokens: positions that skip the padding, and the causal mask that hides it.
+
+  The rollout engine, the log-prob pass and SFT all feed batches this way.
+  """
+  valid_BxL = tokens_BxL != pad_id
+  positions_BxL = jnp.maximum(jnp.cumsum(valid_BxL, axis=-1) - 1, 0)
+  length = tokens_BxL.shape[1]
+  causal_LxL = jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))
+  mask_BxLxL = causal_LxL[None] & valid_BxL[:, None, :]
+  return positions_BxL, mask_BxLxL
 
 
 class Gemma3(gemma3.Gemma3):

@@ -30,6 +30,9 @@ from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 from gemma_grpo.model import gguf_reader
 from gemma_grpo.tasks import prompts
 
+# Deferred imports (transformers): seconds to import, and only the one-time
+# GGUF conversion and the export use it.
+
 # GGUF per-block tensor -> HF module under `model.layers.N.`.
 _BLOCK_TO_HF = {
     "attn_q": "self_attn.q_proj",
@@ -147,7 +150,6 @@ def build_tokenizer(pieces: list[str], scores: list[float], types: list[int]):
   Control and user-defined pieces become added tokens, so chat markers such as
   <start_of_turn> in prompt text map to their single ids.
   """
-  # Deferred: seconds to import; only the one-time GGUF conversion and export use it.
   from transformers import GemmaTokenizer  # pylint: disable=g-import-not-at-top
   from transformers.tokenization_utils_base import generate_merges  # pylint: disable=g-import-not-at-top,line-too-long
 
@@ -181,7 +183,6 @@ def build_tokenizer(pieces: list[str], scores: list[float], types: list[int]):
 
 
 def write_generation_config(out_dir: str | os.PathLike) -> None:
-  # Deferred: seconds to import; only the one-time GGUF conversion and export use it.
   from transformers import GenerationConfig  # pylint: disable=g-import-not-at-top
 
   GenerationConfig(
@@ -195,7 +196,6 @@ def convert_to_hf_dir(gguf_path: str | os.PathLike, out_dir: str | os.PathLike):
   Written to a temporary sibling first and renamed, so an interrupted
   conversion never leaves a half-written directory that later runs trust.
   """
-  # Deferred: seconds to import; only the one-time GGUF conversion and export use it.
   from transformers import Gemma3TextConfig  # pylint: disable=g-import-not-at-top
 
   out_dir = pathlib.Path(out_dir)

@@ -1,10 +1,10 @@
 """Reading a GGUF file: its metadata as Python values, its tensors as byte views.
 
 gguf-py's GGUFReader makes a numpy view of every value it parses, three for
-each of the 262,144 pieces of Gemma-3's vocabulary: ~10 s per read of the
-offline 270M. This reader parses the same format (GGUF versions 2 and 3,
-little-endian) with `struct` over one read-only mmap, in well under a second,
-and leaves the tensor bytes in the file until they are dequantized.
+each of the 262,144 pieces of Gemma-3's vocabulary, a Python object each.
+This reader parses the same format (GGUF versions 2 and 3, little-endian)
+with `struct` over one read-only mmap, making only the values, and leaves
+the tensor bytes in the file until they are dequantized.
 """
 
 from __future__ import annotations

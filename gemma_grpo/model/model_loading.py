@@ -31,6 +31,7 @@ import ml_collections
 from tunix.models.gemma3 import model as gemma3
 from tunix.models.gemma3 import params_safetensors
 
+from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import gguf_io
@@ -38,7 +39,6 @@ from gemma_grpo.runtime import hub
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.model import tokenizer as tokenizer_lib
 
-OFFLINE_270M = "gguf:gemma-3-270m"
 _REQUIRED_HF_KEYS = ("num_attention_heads", "hidden_size", "num_hidden_layers",
                      "vocab_size", "intermediate_size", "num_key_value_heads")
 
@@ -106,7 +106,7 @@ def _download(repo_id: str, c: ml_collections.ConfigDict) -> pathlib.Path:
     why = str(e) if isinstance(e, hub.Unreachable) else type(e).__name__
     raise errors.UserError(
         f"model.source: cannot download {repo_id} from the Hugging Face hub"
-        f" ({why}); pass a local directory or use {OFFLINE_270M}."
+        f" ({why}); pass a local directory or use {config_lib.OFFLINE_MODEL}."
     ) from None
   return pathlib.Path(path)
 
@@ -116,20 +116,20 @@ def resolve_dir(c: ml_collections.ConfigDict) -> pathlib.Path | None:
   source = c.source
   if source == "random":
     return None
-  if source == OFFLINE_270M:
+  if source == config_lib.OFFLINE_MODEL:
     return offline_270m_dir(c)
   if source.startswith("hf:"):
     return _download(source[3:], c)
   if source.startswith("gguf:"):
     raise errors.UserError(
         f"model.source: unknown offline model {source!r}; the offline model is"
-        f" {OFFLINE_270M}."
+        f" {config_lib.OFFLINE_MODEL}."
     )
   path = pathlib.Path(os.path.expanduser(source))
   if not path.is_dir():
     raise errors.UserError(
         f"model.source: {source!r} is neither a directory nor one of"
-        f" 'hf:<repo_id>', '{OFFLINE_270M}', 'random'."
+        f" 'hf:<repo_id>', '{config_lib.OFFLINE_MODEL}', 'random'."
     )
   if not (path / "config.json").exists() or not list(path.glob("*.safetensors")):
     raise errors.UserError(

@@ -1,8 +1,9 @@
 """The checkpoint's own tokenizer behind one small interface.
 
 `tokenizer.json` is read with the Rust `tokenizers` library directly:
-transformers' AutoTokenizer would give the same ids but adds ~10 s of imports
-and loading to every start. A sentencepiece `tokenizer.model` is the fallback.
+transformers' AutoTokenizer would give the same ids but would import and
+initialise all of transformers at every start of a run, for nothing the Rust
+library does not already do. A sentencepiece `tokenizer.model` is the fallback.
 Tunix accepts any object with encode/decode/bos_id/eos_id/pad_id.
 """
 

@@ -1,7 +1,7 @@
 """The four programs of a GRPO step, lowered by the trainer's own code for any mesh.
 
   update     the actor trainer's jitted step (forward, backward, optimizer on
-             the LoRA parameters), trainers.jit_train_step
+             the LoRA parameters), tunix_trainer.jit_train_step
   reference  the reference model's log-probs of a batch, batch_logps.logps_program
   prefill    the rollout engine's prefill of the distinct prompts
   decode     the rollout engine's decode loop (cost counted per token)
@@ -23,14 +23,16 @@ import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.sft import sharding_utils
 
-from gemma_grpo.rl import batch_logps
-from gemma_grpo.rl import cluster as cluster_lib
 from gemma_grpo import config as config_lib
-from gemma_grpo.rl import learner as learner_lib
-from gemma_grpo.rl import rollout as rollout_lib
-from gemma_grpo.rl import trainers
 from gemma_grpo.plan import shapes
+from gemma_grpo.rl.engine import rollout as rollout_lib
+from gemma_grpo.rl.learner import algorithms
+from gemma_grpo.rl.learner import batch_logps
+from gemma_grpo.rl.learner import train_examples
+from gemma_grpo.rl.run import cluster as cluster_lib
+from gemma_grpo.rl.run import trainers
 from gemma_grpo.seam import jax_mesh
+from gemma_grpo.seam import tunix_trainer
 
 NAMES = ("update", "reference", "prefill", "decode")
 
@@ -107,7 +109,7 @@ class Builder:
     self.reference_model, self.actor = shapes.build(c, mesh)
     self.ids = GemmaIds()
     self.work = workload(c)
-    self.algo = learner_lib.algo_config(c.grpo)
+    self.algo = algorithms.algo_config(c.grpo)
     self.engine = rollout_lib.GroupedRollout(
         self.actor, self.ids, mesh, lora_scale=c.lora.alpha / c.lora.rank,
         decode_dtype=c.rollout.decode_dtype, screen_lm_head=screen_lm_head)
@@ -129,16 +131,16 @@ class Builder:
     trainer = trainers.RLTrainer(
         model=shapes.with_host_adapters(self.actor), optimizer=actor_config.actor_optimizer,
         training_config=actor_config, custom_checkpoint_metadata_fn=dict)
-    learner_lib.wire_loss(trainer, self.algo, pad_id=self.ids.pad_id(), eos_id=self.ids.eos_id())
+    algorithms.wire_loss(trainer, self.algo, pad_id=self.ids.pad_id(), eos_id=self.ids.eos_id())
     optimizer = self.optimizer = _optimizer_on(trainer.optimizer, self.mesh)
-    example = learner_lib.train_example_like(
+    example = train_examples.train_example_like(
         self.work.update_rows, prompt_width=c.rollout.max_prompt_length,
         completion_width=c.rollout.max_new_tokens, pad=self.ids.pad_id(),
-        **learner_lib.example_columns(c))
+        **train_examples.example_columns(c))
     example = jax.tree.map(lambda x: _data_sharded(jax.ShapeDtypeStruct(x.shape, x.dtype), self.mesh),
                            example)
     with jax_mesh.tunix_mesh(self.mesh):
-      return trainers.jit_train_step(trainer).lower(self.actor, optimizer, example)
+      return tunix_trainer.jit_train_step(trainer).lower(self.actor, optimizer, example)
 
   # --- reference ------------------------------------------------------------
 
@@ -156,7 +158,7 @@ class Builder:
 
   def _settings(self):
     """(sampling, with_logps, screen width) of a training rollout (GroupedRollout.settings)."""
-    return self.engine.settings(self.rollout_config, learner_lib.wants_sampler_logps(self.c))
+    return self.engine.settings(self.rollout_config, train_examples.wants_sampler_logps(self.c))
 
   def prefill(self) -> jax.stages.Lowered:
     c = self.c

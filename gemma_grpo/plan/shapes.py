@@ -16,6 +16,7 @@ from flax import nnx
 import jax
 import ml_collections
 
+from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import lora
@@ -56,7 +57,7 @@ def text_config(c: ml_collections.ConfigDict) -> dict:
   source = c.source
   if source == "random":
     return model_loading.random_hf_config(c.random)
-  if source == model_loading.OFFLINE_270M:
+  if source == config_lib.OFFLINE_MODEL:
     return _GEMMA3["270m"]
   known = _HUB_NAME.fullmatch(source)
   if known:
@@ -66,7 +67,7 @@ def text_config(c: ml_collections.ConfigDict) -> dict:
     return model_loading.text_config(path)
   raise errors.UserError(
       f"model.source={source!r}: plan knows the shapes of hf:google/gemma-3-"
-      f"{{{','.join(_GEMMA3)}}}[-it|-pt], {model_loading.OFFLINE_270M} and random; for another"
+      f"{{{','.join(_GEMMA3)}}}[-it|-pt], {config_lib.OFFLINE_MODEL} and random; for another"
       " model pass a local directory holding its config.json (no weights needed)")
 
 

@@ -41,6 +41,10 @@ import numpy as np
 
 from gemma_grpo import errors
 
+# Deferred imports (jax, gemma_grpo.seam.jax_distributed): the CLI imports this
+# module to read its rank flags before it checks the config, and JAX takes
+# seconds to import, so each function that needs JAX imports it itself.
+
 EXIT_PEER_FAILED = 4
 # A vanished peer is declared lost after this long without a heartbeat. JAX's
 # own heartbeat timeout is longer, so this one-line report always comes first.
@@ -149,7 +153,6 @@ def initialize(rank: Rank) -> None:
   """
   if not rank.distributed:
     return
-  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   import jax  # pylint: disable=g-import-not-at-top
 
   try:
@@ -235,14 +238,12 @@ def finish(code: int) -> int:
 
 
 def _client():
-  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   from gemma_grpo.seam import jax_distributed  # pylint: disable=g-import-not-at-top
 
   return jax_distributed.coordination_client()
 
 
 def process_count() -> int:
-  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   import jax  # pylint: disable=g-import-not-at-top
 
   return jax.process_count()
@@ -250,7 +251,6 @@ def process_count() -> int:
 
 def is_chief() -> bool:
   """True in the process that writes files (process 0)."""
-  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   import jax  # pylint: disable=g-import-not-at-top
 
   return jax.process_index() == 0
@@ -268,7 +268,6 @@ def check_same(what: str, text: str, fix: str) -> None:
   """
   if process_count() == 1:
     return
-  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
   digests = np.asarray(multihost_utils.process_allgather(
@@ -284,7 +283,6 @@ def from_chief(array: np.ndarray) -> np.ndarray:
   host computes (a tool's result) enters every process's program alike."""
   if process_count() == 1:
     return array
-  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
   return np.array(multihost_utils.broadcast_one_to_all(array))  # writable, as given
@@ -294,7 +292,6 @@ def largest(value: int) -> int:
   """The largest of `value` over all processes (a collective)."""
   if process_count() == 1:
     return value
-  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
 
   return int(np.asarray(multihost_utils.process_allgather(np.array([value]))).max())
@@ -310,7 +307,6 @@ def report_failure_and_exit(line: str, code: int) -> None:
   gone.
   """
   client = _client()
-  # Deferred: the CLI imports this module before the config is checked, and JAX takes seconds.
   import jax  # pylint: disable=g-import-not-at-top
 
   me = jax.process_index()

@@ -3,10 +3,10 @@
 On CPU, JAX's buffers come from the C library's malloc. glibc serves blocks
 under its mmap threshold (which it raises to as much as 32 MB as large blocks
 are freed) from heap arenas and keeps the pages of the ones freed. After a
-rollout and a reference pass, 0.5-1 GB of a Gemma-3-270M run's resident
-memory is such free heap, and the update's temporaries, the step's peak,
-land on top of it. `malloc_trim` hands those pages back in tens of
-milliseconds.
+rollout and a reference pass much of a run's resident memory is such free
+heap, and the update's temporaries, the step's peak, land on top of it.
+`malloc_trim` hands those pages back (what it returns and costs, measured:
+docs/benchmarks/history.md, "One GRPO step against TRL").
 """
 
 from __future__ import annotations

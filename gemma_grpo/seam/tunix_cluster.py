@@ -1,11 +1,11 @@
-"""Touches 1, 2 and 8: Tunix's RLCluster, as rl/cluster.py reshapes it.
+"""Touches 1, 2 and 8: Tunix's RLCluster, as rl/run/cluster.py reshapes it.
 
 1. RLCluster keeps `_anchor_policy_state`, a full copy of the actor's
-   weights (1.07 GB for the 270M) for Tunix's own old-log-prob path, which
+   weights, for Tunix's own old-log-prob path, which
    our learner never reads: `drop_anchor_policy_state` sets it to None.
    Removed by: an RLCluster option not to keep the anchor.
 2. RLCluster builds its actor trainer itself: `use_trainer_class` swaps the
-   built trainer's class for ours (rl/trainers.py).
+   built trainer's class for ours (rl/run/trainers.py).
    Removed by: a trainer class (or factory) argument to RLCluster.
 8. The actor trainer is built from a deep copy of the cluster's training
    config: the trainer updates every train.mini_batch_size prompts (its

@@ -14,8 +14,8 @@
    (lora_dot: Qwix's `res + delta * alpha / rank` with the adapters Qwix
    names kernel_lora_a/kernel_lora_b), so that their backward pass is
    written out: autodiff of Qwix's form leaves XLA:CPU writing the [tokens,
-   F] gradients transposed (most of the 270M update's 2.4 thread-seconds of
-   copies). The canary fingerprints the two Tunix methods. Removed by:
+   F] gradients transposed, the update's largest copies (BENCHMARKS.md,
+   "The update's gradient program"). The canary fingerprints the two Tunix methods. Removed by:
    XLA:CPU laying that contraction out in place, or Qwix taking a custom
    LoRA dot.
 """

@@ -1,8 +1,8 @@
-"""Touch 4: Tunix's GRPOLearner, whose step rl/learner.py takes over.
+"""Touch 4: Tunix's GRPOLearner, whose step rl/learner/learner.py takes over.
 
 `StepLearner` is GRPOLearner with its private rollout-and-advantage step
 (_generate_and_compute_advantage) handed to a public method,
-`rollout_and_advantage`, which rl/learner.Learner implements: dynamic
+`rollout_and_advantage`, which rl/learner/learner.Learner implements: dynamic
 sampling, the stop text, grouped rollouts and per-step diagnostics need the
 step between rollout and advantage. It also names what that step reads
 (_rollout_micro_batch_size, _compute_logps_micro_batch_size) and lets a

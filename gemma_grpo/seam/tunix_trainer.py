@@ -1,13 +1,13 @@
 """Touch 3: Tunix's PeftTrainer, with the model donated to its jitted step.
 
-`DonatesModel` (mixed into rl/trainers' classes) re-implements
+`DonatesModel` (mixed into rl/run/trainers' classes) re-implements
 PeftTrainer.jit_train_and_eval_step (reading _jitted_train_step_fn,
 _jitted_eval_step_fn, _shard_optimizer and the mesh context, touch 12) to donate
 the model to the jitted step. Tunix donates only the optimizer, so XLA
 cannot alias the model's buffers: every step writes each model variable,
 the frozen base included, to fresh buffers while the old ones are still
-alive (1.07 GB for Gemma-3-270M in float32), just when the step's
-temporaries peak. Donated, the frozen weights pass through in place;
+alive: a second copy of every weight, just when the step's temporaries
+peak. Donated, the frozen weights pass through in place;
 anything else that held the model's arrays (a reference sharing the base)
 holds deleted buffers after a step and must be pointed at the new ones.
 
@@ -15,8 +15,8 @@ holds deleted buffers after a step and must be pointed at the new ones.
 thread beside the first rollout, for an example prepared as PeftTrainer.train
 prepares each one (_prepare_inputs, then shard_input over
 config.data_sharding_axis): otherwise the first update traces, lowers and
-compiles it only after the rollout, most of a warm first step's extra time
-for the 270M. `prepare_inputs` is the public name of _prepare_inputs.
+compiles it only after the rollout, on the first step's critical path
+(BENCHMARKS.md, "The wait for the first step"). `prepare_inputs` is the public name of _prepare_inputs.
 
 Removed by: PeftTrainer donating the model (an option or the default) and
 offering to compile its step for given input shapes.

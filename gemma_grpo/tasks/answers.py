@@ -30,6 +30,9 @@ from typing import Any
 
 from gemma_grpo.tasks import prompts
 
+# Deferred imports (sympy, math_verify): slow to import, only the LaTeX path
+# needs them, and checking a config imports the rewards and so this module.
+
 # How much of a text the number scanner reads: answers are short, and a bound
 # keeps a 100k-character completion as cheap as a normal one.
 SCAN_CHARS = 1000
@@ -149,21 +152,21 @@ def numbers_equal(a: float, b: float) -> bool:
 
 # --- LaTeX-aware equality with math-verify ---------------------------------
 
-# math-verify's parser is superlinear in bracket depth (depth 12 takes ~1 s on
-# a CPU) and sympy computes towers such as 9^{9^{9^9}} for ever, so inputs are
-# bounded before and after parsing. Real answers are short and shallow.
+# math-verify's parser is superlinear in bracket depth and sympy computes
+# towers such as 9^{9^{9^9}} for ever, so inputs are bounded before and after
+# parsing (tests/test_answers.py feeds it the cases that used to hang). Real answers are short and shallow.
 MATH_CHARS = 500
 _MAX_DEPTH = 6
 _MAX_NODES = 200
 _MAX_POWER = 1e4  # product of numeric exponents along any path in the tree
 _MAX_DEGREE = 64  # the same for powers of symbols: x^{9999}-1 is slow to factor
-_MAX_TERMS = 200  # (a+b+c+d)^{12}, 455 terms, takes sympy 4 s to compare
+_MAX_TERMS = 200  # (a+b+c+d)^{12} has 455 terms, every one expanded to compare
 _MAX_FACTORIAL = 1000
 # Only the main thread can use math-verify's SIGALRM timeouts; elsewhere the
 # bounds above are the only protection, so they must hold on their own.
 _MAIN_THREAD_TIMEOUT_S = 2
-# Two plain decimals compare exactly without sympy, which costs milliseconds
-# per answer; GSM8K-style answers are almost all of this form.
+# Two plain decimals compare exactly without sympy, far the costlier path
+# (BENCHMARKS.md, "Reward functions"); GSM8K-style answers are almost all of this form.
 _PLAIN_DECIMAL = re.compile(r"-?\d{1,50}(?:\.\d{1,50})?")
 _MATH_MARKERS = re.compile(r"[-+*/=^(){}\[\]\\$%]")
 
@@ -185,7 +188,6 @@ def _is_tame(expr: Any, power: float = 1.0) -> bool:
   `power` is the product of the numeric exponents above `expr`: the value of
   ((10^a)^b)^c has a·b·c zeros, so the product bounds its size.
   """
-  # Deferred: ~1 s to import, and checking a config imports the rewards, so this module.
   import sympy  # pylint: disable=g-import-not-at-top
 
   if not isinstance(expr, sympy.Basic):
@@ -211,7 +213,6 @@ def _expanded_terms(expr: Any) -> int:
 
   (a+b+c+d)^8 has C(11, 3) = 165 terms; comparing expands and simplifies.
   """
-  # Deferred: ~1 s to import, and checking a config imports the rewards, so this module.
   import sympy  # pylint: disable=g-import-not-at-top
 
   if not isinstance(expr, sympy.Basic) or not expr.args:
@@ -231,7 +232,6 @@ def _expanded_terms(expr: Any) -> int:
 
 def _math_parse(text: str, timeout_s: int | None) -> list[Any]:
   """math-verify's parse, limited to bounded, tame input; [] when refused."""
-  # Deferred: ~1 s to import, and checking a config imports the rewards, so this module.
   from math_verify import parse  # pylint: disable=g-import-not-at-top
   import sympy  # pylint: disable=g-import-not-at-top
 
@@ -300,7 +300,6 @@ def _gold_parse(gold: str, timeout_s: int | None) -> tuple[Any, ...]:
 
 
 def _math_equal(completion: str, gold: str) -> bool:
-  # Deferred: ~1 s to import, and checking a config imports the rewards, so this module.
   from math_verify import verify  # pylint: disable=g-import-not-at-top
 
   in_main = threading.current_thread() is threading.main_thread()

@@ -53,6 +53,7 @@ import math
 import numbers
 from typing import Any
 
+from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo.tasks import answers
 from gemma_grpo.tasks import tools
@@ -143,9 +144,6 @@ def is_partially_correct(completion: Any, gold: Any) -> bool:
   """
   return grade_answer(completion, gold) in _PARTIAL
 
-
-# Re-exported so the evaluation reads every per-completion judgement here.
-has_exact_format = answers.has_exact_format
 
 
 def score_completion(completion: Any, gold: Any) -> dict[str, Any]:
@@ -309,12 +307,12 @@ def tool_errors(prompts: Texts, completions: Texts, answer: Texts,
   return _score_batch(_tool_errors, completions, answer)
 
 
+# The functions above by name, in the order of the config's list of them
+# (config.REWARD_FUNCTIONS, the keys of rewards.weights).
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
-    fn.__name__: fn for fn in (format_exact, format_approx, answer_correct,
-                               number_match, math_verify_correct, tool_errors)
-}
+    name: globals()[name] for name in config_lib.REWARD_FUNCTIONS}
 
-DEFAULT_PRESET = "guarded"
+DEFAULT_PRESET = config_lib.defaults().rewards.preset
 PRESETS: dict[str, dict[str, float]] = {
     "reference": {"format_exact": 1.0, "format_approx": 1.0,
                   "answer_correct": 1.0, "number_match": 1.0},

@@ -1,7 +1,7 @@
 """Tool calls in a completion's text, and running them safely on the host.
 
 A completion calls a tool by writing `<tool_call>name: arguments</tool_call>`;
-the engine (multi_turn.py) runs it and feeds the result back as the next
+the engine (rl/engine/multi_turn.py) runs it and feeds the result back as the next
 tokens of the same completion:
 
   <tool_call>calculator: 4821 * 367</tool_call><tool_result>1769307</tool_result>

@@ -1,3 +1,5 @@
+# As run at commit 171852a, whose flat module names (gemma_grpo.mesh, gemma_grpo.losses) it
+# imports; today's are gemma_grpo.runtime.mesh and the RL learner's losses. Rerun from that checkout.
 import sys, time, statistics
 sys.path.insert(0, "/work/main/bench"); sys.path.insert(0, "/work/main")
 import update_step as u

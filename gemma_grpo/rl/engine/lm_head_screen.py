@@ -1,6 +1,6 @@
 """The LM head's screen: the float32 top-k of the head's logits from a bfloat16 ranking.
 
-The float32 LM head (the tied embedding, 671 MB for Gemma-3-270M) is the
+The float32 LM head (the tied embedding, [V, D] with V = 262,144) is the
 largest read of a decode step. With top-k sampling or greedy decoding only
 the k largest logits matter, so where the screen is on (rollout.screen_lm_head;
 "auto": on CPUs with bfloat16 matrix units, where it measured faster; off
@@ -18,9 +18,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from gemma_grpo.rl import decode_dots
+from gemma_grpo.rl.engine import decode_dots
+from gemma_grpo.rl.engine import sampling as sampling_lib
 from gemma_grpo.runtime import backend
-from gemma_grpo.rl import sampling as sampling_lib
 
 # The CPUs on which the screen measured faster: x86 with AMX. Without AMX a
 # bfloat16 head reads no faster than the float32 one, so the screen only adds

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from gemma_grpo.rl import dynamic_sampling
+from gemma_grpo.rl.learner import dynamic_sampling
 
 
 @dataclasses.dataclass

@@ -17,7 +17,7 @@ engine) instead
   attention dots read them fastest (decode_layers.py, decode_dots.py).
 
 `decode_dtype="bfloat16"` (rollout.decode_dtype) holds that copy and a copy
-of the LM head (the tied embedding, 671 MB of the 270M's float32 bytes) in
+of the LM head (the tied embedding, a decode step's largest read) in
 bfloat16 for the decode loop: each dot reads half the bytes and, on CPUs with
 AVX512_BF16, runs as a bfloat16 dot accumulated in float32. Prefill, the
 trainer and the reference pass stay in the model's own dtype, so the samples
@@ -61,22 +61,16 @@ from tunix.rl.rollout import base_rollout
 from gemma_grpo import config as config_lib
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import tokenizer as tokenizer_lib
-from gemma_grpo.rl import decode_dots
-from gemma_grpo.rl import decode_layers
-from gemma_grpo.rl import lm_head_screen
-from gemma_grpo.rl import logprobs
-from gemma_grpo.rl import multi_turn
-from gemma_grpo.rl import sampling as sampling_lib
+from gemma_grpo.rl.engine import decode_dots
+from gemma_grpo.rl.engine import decode_layers
+from gemma_grpo.rl.engine import lm_head_screen
+from gemma_grpo.rl.engine import multi_turn
+from gemma_grpo.rl.engine import sampling as sampling_lib
 from gemma_grpo.runtime import distributed
 from gemma_grpo.tasks import tools as tools_lib
 
 # The dtypes that config.DECODE_DTYPES names (bench/studies/decode_precision.py reads this too).
 DECODE_DTYPES = {name: getattr(jnp, name) for name in config_lib.DECODE_DTYPES}
-
-# Where these lived before the engine was split; benchmarks and studies read them here.
-Sampling = sampling_lib.Sampling
-decode_weights = decode_layers.decode_weights
-_project = decode_dots.project  # bench/studies/lm_head.py
 
 
 @functools.partial(jax.jit, static_argnames=("lora_scale", "rows_per_prompt", "pad_id",
@@ -92,7 +86,7 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
   num_prompts, prompt_width = prompt_ids_UxP.shape
   cfg = model.config
   cache = model.empty_cache(num_prompts, prompt_width)
-  positions_UxP, mask_UxPxP = logprobs.positions_and_mask(prompt_ids_UxP, pad_id)
+  positions_UxP, mask_UxPxP = gemma3_rl.positions_and_mask(prompt_ids_UxP, pad_id)
   logits_Ux1xV, cache = model(prompt_ids_UxP, positions_UxP, cache, mask_UxPxP,
                               decode_only_last_token=True)
   # The prompt's keys and values stay one per prompt (decode_layers.decode_layer).
@@ -238,8 +232,27 @@ class GroupedRollout(base_rollout.BaseRollout):
   def __init__(self, rollout_actor, tokenizer, mesh=None, rollout_config=None, *,
                lora_scale: float, decode_dtype: str = "float32", screen_lm_head: str = "auto",
                tool_runner: tools_lib.ToolRunner | None = None, max_tool_calls: int = 0):
-    """With `tool_runner` and max_tool_calls > 0, completions may call its
-    tools (multi_turn.py); `take_tool_turns` then says what they did."""
+    """An engine decoding with `rollout_actor`'s live weights.
+
+    Args:
+      rollout_actor: the policy, a gemma3_rl.Gemma3 (LoRA applied or not): the
+        trainer's own module, so every rollout samples the current weights.
+      tokenizer: the checkpoint's tokenizer, or Tunix's TokenizerAdapter of it.
+      mesh: the mesh the policy lives on.
+      rollout_config: unused (Tunix's signature); each generate() call brings its own.
+      lora_scale: alpha / r, the factor of the adapters merged before decoding.
+      decode_dtype: rollout.decode_dtype, one of config.DECODE_DTYPES: the
+        precision of the decode loop's merged weights and LM head.
+      screen_lm_head: rollout.screen_lm_head, one of config.SCREEN_SETTINGS
+        (lm_head_screen.py); only a float32 head is screened.
+      tool_runner: the tools completions may call (multi_turn.py), or None.
+      max_tool_calls: calls per completion; 0 turns the tools off.
+        `take_tool_turns` then says what the calls of a rollout did.
+
+    Raises:
+      TypeError: `rollout_actor` is not a gemma3_rl.Gemma3.
+      ValueError: an unknown `decode_dtype` or `screen_lm_head`.
+    """
     del rollout_config  # each generate() call brings its own
     if not isinstance(rollout_actor, gemma3_rl.Gemma3):
       # Converting would make a second module that the trainer never updates.

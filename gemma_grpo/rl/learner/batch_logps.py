@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from tunix.sft import sharding_utils
 
-from gemma_grpo.rl import losses
+from gemma_grpo.rl.learner import losses
 from gemma_grpo.seam import jax_mesh
 
 DATA_AXES = ("fsdp",)  # the batch axis, as the cluster's training config shards it

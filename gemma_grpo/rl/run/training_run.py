@@ -1,7 +1,7 @@
 """A GRPO training run from a validated config to its last step.
 
 Builds the model, LoRA policy, data and a Tunix RLCluster (actor, reference,
-and an in-process rollout: gemma_grpo.rl.rollout, or Tunix's vanilla sampler with
+and an in-process rollout: gemma_grpo.rl.engine.rollout, or Tunix's vanilla sampler with
 rollout.engine=tunix) and runs the chosen GRPO-family learner. Rerunning on the
 same work directory resumes from its latest checkpoint, data position and
 sampling keys included, so an interrupted run continues exactly as the
@@ -22,7 +22,6 @@ from absl import logging
 from etils import epath
 import jax
 import ml_collections
-from tunix.rl import rl_cluster as rl_cluster_lib
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
@@ -31,11 +30,13 @@ from gemma_grpo.model import lora
 from gemma_grpo.model import model_loading
 from gemma_grpo.model import policy as policy_lib
 from gemma_grpo.model import tokenizer as tokenizer_lib
-from gemma_grpo.rl import cluster as cluster_lib
-from gemma_grpo.rl import learner as learner_lib
-from gemma_grpo.rl import multi_turn
-from gemma_grpo.rl import optim
-from gemma_grpo.rl import step_hooks
+from gemma_grpo.rl.engine import multi_turn
+from gemma_grpo.rl.eval import heldout
+from gemma_grpo.rl.learner import algorithms
+from gemma_grpo.rl.learner import learner as learner_lib
+from gemma_grpo.rl.run import cluster as cluster_lib
+from gemma_grpo.rl.run import optim
+from gemma_grpo.rl.run import step_hooks
 from gemma_grpo.runtime import checkpoints
 from gemma_grpo.runtime import console
 from gemma_grpo.runtime import curves
@@ -45,7 +46,6 @@ from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.runtime import metrics as metrics_lib
 from gemma_grpo.tasks import data as data_lib
 from gemma_grpo.tasks import rewards
-from gemma_grpo.tasks import scoring
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +133,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop: guards.StopSignal) 
   trainer = cluster.actor_trainer
   learner = learner_lib.Learner(
       rl_cluster=cluster,
-      algo_config=learner_lib.algo_config(c.grpo),
+      algo_config=algorithms.algo_config(c.grpo),
       reward_fns=guards.finite_rewards(
           rewards.from_config(c.rewards),
           current_step=lambda: trainer.train_steps + 1,
@@ -162,12 +162,13 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop: guards.StopSignal) 
   # rollout instead of after them (trainers.py).
   cluster.precompile_update(learner.example_like(config_lib.completions_per_train_step(c)))
 
-  heldout = HeldoutEval(c, cluster, parts.loaded.tokenizer, parts.splits.heldout, work, is_chief)
-  if heldout.problems and c.eval.every_steps and trainer.train_steps == 0:
+  evaluate = heldout.HeldoutEval(c, cluster, parts.loaded.tokenizer, parts.splits.heldout, work,
+                                 is_chief)
+  if evaluate.problems and c.eval.every_steps and trainer.train_steps == 0:
     # The starting point: what every later eval (and the end line) compares with.
-    logging.info("Evaluating the starting policy on %d held-out problems", len(heldout.problems))
+    logging.info("Evaluating the starting policy on %d held-out problems", len(evaluate.problems))
     with cluster.in_update_context():  # where later evals run: one program for all
-      writer.scalars(heldout(0), 0)
+      writer.scalars(evaluate(0), 0)
     writer.finish_through(0)
     phases.done("held-out eval of the starting policy")
 
@@ -176,7 +177,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop: guards.StopSignal) 
       max_steps=c.train.max_steps,
       checkpoint_every=c.ckpt.every_steps,
       eval_every=c.eval.every_steps,
-      evaluate=heldout if heldout.problems else None,
+      evaluate=evaluate if evaluate.problems else None,
       stop=stop,
       updates_per_batch=config_lib.updates_per_batch(c),
       on_step=console.step_reporter(phases, c.train.max_steps, trainer.train_steps, is_chief),
@@ -194,9 +195,10 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop: guards.StopSignal) 
   if stop.agree():
     return endings.stopped(stop, checkpoints.actor_dir(work), trainer.train_steps)
   logging.info("Done: %d steps in %s", trainer.train_steps, work)
-  evals = heldout.results
+  evals = evaluate.results
   if is_chief and len(evals) >= 2:
-    print(heldout_summary(evals[0], evals[-1], len(heldout.problems), trainer.train_steps), flush=True)
+    print(heldout.summary(evals[0], evals[-1], len(evaluate.problems), trainer.train_steps),
+          flush=True)
   if is_chief:
     logging.info("Plots: %s", ", ".join(str(p) for p in curves.write_plots(work)))
   return 0
@@ -260,58 +262,6 @@ def _run_steps(learner, trainer, batches, work: epath.Path, writer) -> int | Non
   finally:
     writer.close()
   return None
-
-
-class HeldoutEval:
-  """Greedy eval of the held-out slice; its samples kept in WORKDIR/eval/step_N.
-
-  Called with a step, it returns the eval/ scalars; `results` keeps every
-  eval's metrics, the first being the starting point.
-  """
-
-  def __init__(self, c: ml_collections.ConfigDict, cluster, tokenizer, heldout,
-               work: epath.Path, is_chief: bool):
-    self._c, self._cluster, self._tokenizer = c, cluster, tokenizer
-    self._work, self._is_chief = work, is_chief
-    self.problems = heldout[:c.eval.num_examples]
-    # The CLI's `eval` scores with the run's preset too: eval/ values compare.
-    self._reward_fns = rewards.from_config(c.rewards)
-    self.results: list[dict[str, float]] = []
-
-  def _generate(self, batch_prompts):
-    c = self._c
-    out = self._cluster.generate(batch_prompts, mode=rl_cluster_lib.Mode.EVAL)
-    texts, truncated, counts = tokenizer_lib.apply_stop_text(
-        out.text, out.tokens, c.eval.max_new_tokens, c.rollout.stop_text, self._tokenizer)
-    if c.rollout.tools:  # lengths count the model's own tokens, not tool results
-      turns = self._cluster.rollout.take_tool_turns()
-      counts = [n - int(t.tool_mask[:n].sum()) for n, t in zip(counts, turns, strict=True)]
-    return texts, truncated, counts
-
-  def __call__(self, step: int) -> dict[str, float]:
-    c = self._c
-    metrics, samples = scoring.run(self._generate, self.problems, c.eval.batch_size,
-                                   reward_fns=self._reward_fns, show_progress=self._is_chief,
-                                   tools=bool(c.rollout.tools))
-    self.results.append(metrics)
-    if self._is_chief:
-      scoring.write(self._work / "eval" / f"step_{step:06d}", {
-          "metrics": metrics,
-          "settings": {"step": step, "decoding": {"mode": "greedy", "max_new_tokens": c.eval.max_new_tokens,
-                                                  "stop_text": c.rollout.stop_text, "engine": c.rollout.engine},
-                       "data": {"source": c.data.source, "heldout": len(self.problems)}},
-      }, samples)
-    return {f"eval/{k}": v for k, v in metrics.items()}
-
-
-def heldout_summary(first: dict[str, float], last: dict[str, float], num_problems: int,
-                    step: int) -> str:
-  """One line: the held-out metrics at the start of this run and at its end."""
-  parts = [f"{name} {first[key]:.1%} -> {last[key]:.1%}"
-           for name, key in (("accuracy", "accuracy"), ("format", "format_accuracy"),
-                             ("truncated", "truncation_rate"))]
-  return (f"held-out ({num_problems} problems, greedy), start -> step {step}: "
-          + ", ".join(parts) + f"; reward {first['reward/sum']:.2f} -> {last['reward/sum']:.2f}")
 
 
 def _print_user_frames(error: BaseException) -> None:

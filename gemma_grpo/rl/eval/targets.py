@@ -12,9 +12,9 @@ from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo import storage
 from gemma_grpo.model import policy as policy_lib
+from gemma_grpo.rl.eval import reports
+from gemma_grpo.rl.eval import scoring
 from gemma_grpo.runtime import checkpoints
-from gemma_grpo.tasks import eval_report
-from gemma_grpo.tasks import scoring
 
 
 @dataclasses.dataclass
@@ -94,8 +94,8 @@ def choose(c: ml_collections.ConfigDict | None, overrides: list[str], *, workdir
 def baseline(x: str, c: ml_collections.ConfigDict):
   """(eval.json report, None) or (None, (Target, its config)) for --compare X."""
   path = pathlib.Path(x).expanduser()
-  if eval_report.is_report(path):
-    return eval_report.read_report(path), None
+  if reports.is_report(path):
+    return reports.read_report(path), None
   if path.is_dir() and (path / "checkpoints").is_dir():
     return None, workdir_target(x, None, flag="--compare")
   if x.startswith(("gguf:", "hf:")) or x == "random" or (path / "config.json").is_file():

@@ -1,6 +1,6 @@
 """How well a policy reasons on held-out problems: generate, score, report.
 
-The metrics are gemma_grpo.tasks.scoring's (listed there), the same as the
+The metrics are gemma_grpo.rl.eval.scoring's (listed there), the same as the
 in-training eval's. A report (eval.json) holds the metrics, the resolved
 settings, the config used, "contaminated" and timing; the samples
 (samples.jsonl) one record per completion: prompt, completion, extracted
@@ -21,14 +21,14 @@ import ml_collections
 
 from gemma_grpo import errors
 from gemma_grpo.model import policy as policy_lib
-from gemma_grpo.rl import eval_generation
-from gemma_grpo.rl import eval_targets
+from gemma_grpo.rl.eval import generation
+from gemma_grpo.rl.eval import problem_sets
+from gemma_grpo.rl.eval import scoring
+from gemma_grpo.rl.eval import targets
 from gemma_grpo.runtime import distributed
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.tasks import data as data_lib
-from gemma_grpo.tasks import eval_data
 from gemma_grpo.tasks import rewards
-from gemma_grpo.tasks import scoring
 
 
 @dataclasses.dataclass
@@ -36,9 +36,9 @@ class Plan:
   """What every model of one command is evaluated on, and how."""
 
   problems: list[data_lib.Problem]  # the first --num-test of the data
-  data: dict[str, Any]  # how they were chosen, for eval.json (eval_data.load_problems)
+  data: dict[str, Any]  # how they were chosen, for eval.json (problem_sets.load_problems)
   max_prompt_length: int  # tokens with <bos>; longer prompts are dropped
-  decoding: eval_generation.Decoding
+  decoding: generation.Decoding
   num_samples: int
   batch_size: int
   reward_config: ml_collections.ConfigDict  # the config's `rewards` section
@@ -50,7 +50,7 @@ class Plan:
 def decoding(c: ml_collections.ConfigDict, *, num_samples: int, temperature: float | None = None,
              top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
              max_new_tokens: int | None = None, batch_size: int | None = None
-             ) -> eval_generation.Decoding:
+             ) -> generation.Decoding:
   """The Decoding of these flags (None: the config's default); greedy unless
   temperature > 0, and sampling from rollout.temperature when num_samples > 1.
 
@@ -73,7 +73,7 @@ def decoding(c: ml_collections.ConfigDict, *, num_samples: int, temperature: flo
     c.eval.max_new_tokens = max_new_tokens
     c.eval.batch_size = batch_size or c.eval.batch_size
   try:
-    return eval_generation.Decoding(
+    return generation.Decoding(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         top_p=c.rollout.top_p if top_p is None else top_p,
@@ -85,7 +85,7 @@ def decoding(c: ml_collections.ConfigDict, *, num_samples: int, temperature: flo
 
 
 def plan(c: ml_collections.ConfigDict, problems: list[data_lib.Problem], data: dict[str, Any],
-         decoding_: eval_generation.Decoding, num_samples: int) -> Plan:
+         decoding_: generation.Decoding, num_samples: int) -> Plan:
   """The Plan of `c` (its rollout.max_prompt_length, eval.batch_size, rewards), checked."""
   try:
     rewards.from_config(c.rewards)
@@ -98,12 +98,12 @@ def plan(c: ml_collections.ConfigDict, problems: list[data_lib.Problem], data: d
   return p
 
 
-def evaluate(target: eval_targets.Target, c: ml_collections.ConfigDict, plan_: Plan, mesh, *,
+def evaluate(target: targets.Target, c: ml_collections.ConfigDict, plan_: Plan, mesh, *,
              contaminated: bool) -> tuple[dict, list[dict]]:
   """Generates and scores; returns the eval.json report and sample records."""
   start = time.perf_counter()
-  model, tokenizer = eval_targets.load_policy(target, c, mesh)
-  generator = eval_generation.Generator.from_config(
+  model, tokenizer = targets.load_policy(target, c, mesh)
+  generator = generation.Generator.from_config(
       model, tokenizer, mesh, c.rollout, c.lora, max_new_tokens=plan_.decoding.max_new_tokens,
       max_prompt_length=plan_.max_prompt_length)  # one plan: a baseline's own config may differ
   kept = [p for p in plan_.problems
@@ -156,9 +156,9 @@ def evaluate(target: eval_targets.Target, c: ml_collections.ConfigDict, plan_: P
   return report, samples
 
 
-def contaminated(target: eval_targets.Target, plan_: Plan) -> str | None:
+def contaminated(target: targets.Target, plan_: Plan) -> str | None:
   """Why the target's scores on the plan's data overstate generalisation, or None."""
-  return eval_data.contamination(target.trained_on, plan_.data["source"], plan_.data.get("split"))
+  return problem_sets.contamination(target.trained_on, plan_.data["source"], plan_.data.get("split"))
 
 
 @dataclasses.dataclass
@@ -171,8 +171,8 @@ class Result:
   base_samples: list[dict] | None = None
 
 
-def run(target: eval_targets.Target, c: ml_collections.ConfigDict, plan_: Plan, out: pathlib.Path,
-        *, baseline: tuple[eval_targets.Target, ml_collections.ConfigDict] | None = None) -> Result:
+def run(target: targets.Target, c: ml_collections.ConfigDict, plan_: Plan, out: pathlib.Path,
+        *, baseline: tuple[targets.Target, ml_collections.ConfigDict] | None = None) -> Result:
   """Evaluates `baseline` (if given) and then `target` on `plan_` on c.mesh;
   writes each one's eval.json and samples.jsonl (the baseline's to its
   default_out). Every process decodes the same problems; process 0 writes."""
@@ -201,10 +201,10 @@ def evaluate_policy(policy: policy_lib.Policy, problems: Sequence[data_lib.Probl
   """
   c = policy.config
   max_new_tokens = max_new_tokens or c.eval.max_new_tokens
-  generator = eval_generation.Generator.from_config(
+  generator = generation.Generator.from_config(
       policy.actor, policy.loaded.tokenizer, mesh_lib.make_mesh(c.mesh), c.rollout, c.lora,
       max_new_tokens=max_new_tokens)
-  greedy = eval_generation.Decoding(max_new_tokens=max_new_tokens)
+  greedy = generation.Decoding(max_new_tokens=max_new_tokens)
 
   def generate(prompts):
     out = generator.generate(prompts, greedy, batch_size=c.eval.batch_size)

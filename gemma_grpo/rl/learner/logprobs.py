@@ -26,16 +26,6 @@ DEFAULT_CHUNK = 16384
 _NEG = -1e30
 
 
-def positions_and_mask(tokens_BxL: jax.Array, pad_id: int):
-  """Positions ignoring left padding, and the causal mask that skips pads."""
-  valid_BxL = tokens_BxL != pad_id
-  positions_BxL = jnp.maximum(jnp.cumsum(valid_BxL, axis=-1) - 1, 0)
-  length = tokens_BxL.shape[1]
-  causal_LxL = jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))
-  mask_BxLxL = causal_LxL[None] & valid_BxL[:, None, :]
-  return positions_BxL, mask_BxLxL
-
-
 def logps_and_entropy_from_hidden(
     hidden_BxCxD: jax.Array,
     embed_VxD: jax.Array,
@@ -203,7 +193,7 @@ def per_token_logps(
     hidden_BxCxD = _shared_prompt_hidden(model, prompt_ids_BxP, completion_ids_BxC, pad_id, group_size)
   else:
     tokens_BxL = jnp.concatenate([prompt_ids_BxP, completion_ids_BxC], axis=1)
-    positions_BxL, mask_BxLxL = positions_and_mask(tokens_BxL, pad_id)
+    positions_BxL, mask_BxLxL = gemma3_rl.positions_and_mask(tokens_BxL, pad_id)
     hidden_BxLxD = model.hidden_states(tokens_BxL, positions_BxL, mask_BxLxL)
     # The state after token t predicts token t + 1.
     hidden_BxCxD = hidden_BxLxD[:, prompt_len - 1:prompt_len + completion_len - 1]

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 from tunix.rl import common
 from tunix.rl import function_registry
 
-from gemma_grpo.rl import logprobs
+from gemma_grpo.rl.learner import logprobs
 
 LOSS_NAME = "gemma_grpo"
 # |log r| is clamped here before exp(): r = e^20 is already far outside any
@@ -226,7 +226,7 @@ def tis_weights(old_logps_BxT, sampler_logps_BxT, mask_BxT, cap: float):
 
 @function_registry.register_policy_loss_fn(LOSS_NAME)
 def loss_fn(model, train_example, algo_config, pad_id, eos_id, **unused):
-  """Tunix's policy-loss signature; settings come from learner.AlgoConfig."""
+  """Tunix's policy-loss signature; settings come from algorithms.AlgoConfig."""
   del unused
   logps_BxT, entropy_BxT = per_token_logps_and_entropy(
       model, train_example.prompt_ids, train_example.completion_ids,

@@ -44,10 +44,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from gemma_grpo import storage
 from gemma_grpo.runtime import console
 from gemma_grpo.tasks import data as data_lib
 from gemma_grpo.tasks import rewards
-from gemma_grpo import storage
 from gemma_grpo.tasks import tools as tools_lib
 
 # generate(prompts) -> (completions, truncated flags[, generated token counts])

@@ -17,34 +17,17 @@ import jax.numpy as jnp
 import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
 
-from gemma_grpo.seam import tunix_learner
 from gemma_grpo.model import tokenizer as tokenizer_lib
-from gemma_grpo.rl import algorithms
-from gemma_grpo.rl import batch_logps
-from gemma_grpo.rl import dynamic_sampling
-from gemma_grpo.rl import losses
-from gemma_grpo.rl import rollout_rounds
-from gemma_grpo.rl import train_examples
+from gemma_grpo.rl.learner import algorithms
+from gemma_grpo.rl.learner import batch_logps
+from gemma_grpo.rl.learner import dynamic_sampling
+from gemma_grpo.rl.learner import losses
+from gemma_grpo.rl.learner import rollout_rounds
+from gemma_grpo.rl.learner import train_examples
+from gemma_grpo.seam import tunix_learner
 from gemma_grpo.tasks import data as data_lib
 
 Mode = rl_cluster_lib.Mode
-
-# Names that callers (train, plan, tests) import from this module; each lives
-# in the module that does its job.
-AlgoConfig = algorithms.AlgoConfig
-algo_config = algorithms.algo_config
-loss_metrics = algorithms.loss_metrics
-wire_loss = algorithms.wire_loss
-has_signal = dynamic_sampling.has_signal
-Selection = dynamic_sampling.Selection
-select_groups = dynamic_sampling.select_groups
-refill_batch = dynamic_sampling.refill_batch
-overlong_penalty = rollout_rounds.overlong_penalty
-logps_program = batch_logps.logps_program
-behaviour_logps = train_examples.behaviour_logps
-train_example_like = train_examples.train_example_like
-wants_sampler_logps = train_examples.wants_sampler_logps
-example_columns = train_examples.example_columns
 
 
 class Learner(tunix_learner.StepLearner):
@@ -59,10 +42,32 @@ class Learner(tunix_learner.StepLearner):
                refill_problems: Sequence[data_lib.Problem] | None = None,
                stop_text: str = "", updates_per_batch: int = 1,
                sampler_logps: bool = False, tools: bool = False, **kwargs):
+    """A learner over `rl_cluster`, stepping with our rollout-and-advantage.
+
+    Args:
+      *args: Tunix's GRPOLearner arguments: rl_cluster, algo_config (an
+        algorithms.AlgoConfig, from algorithms.algo_config(c.grpo)) and
+        reward_fns.
+      rollout_seed: rollout.seed, the root of every step's sampling keys.
+      refill_problems: the training problems that dynamic sampling draws
+        refill prompts from; needed when grpo.dynamic_sampling is on.
+      stop_text: rollout.stop_text: a completion ends right after it.
+      updates_per_batch: optimizer updates per rollout batch
+        (config.updates_per_batch); above 1 the later ones are off-policy.
+      sampler_logps: the sampler rounds the policy (bfloat16 decoding), so its
+        own log-probs are the importance ratio's denominator.
+      tools: completions call tools (rollout.tools): their results are masked
+        out of the loss.
+      **kwargs: passed on to GRPOLearner.
+
+    Raises:
+      TypeError: algo_config is not an AlgoConfig.
+      ValueError: metric_fns were given, or dynamic sampling has no refill problems.
+    """
     super().__init__(*args, **kwargs)
     cfg = self.algo_config
     if not isinstance(cfg, algorithms.AlgoConfig):
-      raise TypeError("Learner needs learner.algo_config(c.grpo), an AlgoConfig")
+      raise TypeError("Learner needs algorithms.algo_config(c.grpo), an AlgoConfig")
     if self.metric_fns:
       raise ValueError("metric_fns are not supported; add metrics in rollout_rounds.diagnostics")
     if cfg.dynamic_sampling and cfg.max_resample_rounds and not refill_problems:

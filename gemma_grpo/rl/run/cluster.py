@@ -2,7 +2,8 @@
 
 The reference policy is the base model and the actor is the base plus LoRA,
 so their frozen weights are the same numbers. Two things in Tunix 0.1.7 make
-copies of them (1.07 GB each for Gemma-3-270M in float32):
+whole copies of them (the memory they cost, measured: docs/benchmarks/history.md,
+"One GRPO step against TRL"):
 
 - the cluster snapshots the whole actor state as an "anchor" for its own
   old-log-prob path at start-up and after every update. Our learner computes
@@ -34,10 +35,10 @@ from tunix.sft import metrics_logger
 from gemma_grpo import config as config_lib
 from gemma_grpo import storage
 from gemma_grpo.model import lora
-from gemma_grpo.rl import multi_turn
-from gemma_grpo.rl import optim
-from gemma_grpo.rl import rollout
-from gemma_grpo.rl import trainers
+from gemma_grpo.rl.engine import multi_turn
+from gemma_grpo.rl.engine import rollout
+from gemma_grpo.rl.run import optim
+from gemma_grpo.rl.run import trainers
 from gemma_grpo.runtime import host_memory
 from gemma_grpo.seam import jax_mesh
 from gemma_grpo.seam import tunix_cluster

@@ -18,9 +18,6 @@ from tunix.sft import sharding_utils
 from gemma_grpo.seam import jax_mesh
 from gemma_grpo.seam import tunix_trainer
 
-jit_train_step = tunix_trainer.jit_train_step
-
-
 class PeftTrainer(tunix_trainer.DonatesModel, peft_trainer.PeftTrainer):
   """Tunix's supervised LoRA trainer, model donated."""
 

@@ -7,7 +7,7 @@ import pathlib
 from typing import Any
 
 from gemma_grpo import errors
-from gemma_grpo.tasks import scoring
+from gemma_grpo.rl.eval import scoring
 
 
 def read_report(path: pathlib.Path) -> dict:

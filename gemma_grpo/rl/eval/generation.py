@@ -1,7 +1,7 @@
 """Batched greedy or sampled generation for `gemma-grpo eval`.
 
 It decodes with the run's rollout engine (`rollout.engine`): by default
-gemma_grpo.rl.rollout, the engine of training rollouts and of the in-training
+gemma_grpo.rl.engine.rollout, the engine of training rollouts and of the in-training
 eval, so `gemma-grpo eval` of a checkpoint gives the completions the training
 run's own eval gave (tests/test_eval_generation.py checks it token for token);
 with rollout.engine=tunix, Tunix's Sampler. Every batch has the same shape (prompts left-padded to
@@ -24,8 +24,8 @@ from tunix.generate import sampler as sampler_lib
 from tunix.rl.rollout import base_rollout
 
 from gemma_grpo.model import tokenizer as tokenizer_lib
-from gemma_grpo.rl import multi_turn
-from gemma_grpo.rl import rollout
+from gemma_grpo.rl.engine import multi_turn
+from gemma_grpo.rl.engine import rollout
 from gemma_grpo.runtime import console
 from gemma_grpo.seam import jax_mesh
 
@@ -77,7 +77,7 @@ class Generator:
                engine: str = "tunix", lora_scale: float = 1.0, decode_dtype: str = "float32",
                screen_lm_head: str = "auto", tool_runner=None, max_tool_calls: int = 0):
     """`engine` "grouped" decodes with the training rollout engine
-    (gemma_grpo.rl.rollout, `lora_scale` = alpha / r, its `decode_dtype` and
+    (gemma_grpo.rl.engine.rollout, `lora_scale` = alpha / r, its `decode_dtype` and
     `screen_lm_head`, and its tools: `tool_runner`, `max_tool_calls`), as the
     in-training eval does; "tunix" with Tunix's Sampler."""
     self._mesh = mesh

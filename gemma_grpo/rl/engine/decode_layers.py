@@ -4,8 +4,8 @@ Before decoding, the engine merges the adapters into one copy of the
 projection weights (W + (alpha / r)·A·B, the policy's own weights up to
 rounding), each laid out [out, in] for the decode dots
 (decode_dots.project): [N·H, D] queries, [2·K·H, D] keys and values,
-[D, N·H] output, [2·F, D] gate and up, [D, F] down. The copy (0.4 GB for
-Gemma-3-270M in float32) lives for one `generate` call. The caches keep
+[D, N·H] output, [2·F, D] gate and up, [D, F] down. The copy, as large as
+the projections themselves, lives for one `generate` call. The caches keep
 keys slots-minor ([K, H, S] per row or prompt) and values [K, S, H], the
 layouts in which XLA:CPU's attention dots read them fastest.
 
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from tunix.models.gemma3 import model as gemma3
 
 from gemma_grpo.model import lora
-from gemma_grpo.rl import decode_dots
+from gemma_grpo.rl.engine import decode_dots
 from gemma_grpo.seam import tunix_gemma3
 
 

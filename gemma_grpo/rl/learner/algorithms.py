@@ -23,7 +23,7 @@ import numpy as np
 from tunix.rl import function_registry
 from tunix.rl.grpo import grpo_learner
 
-from gemma_grpo.rl import losses
+from gemma_grpo.rl.learner import losses
 
 
 @dataclasses.dataclass(kw_only=True)

@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 
 from gemma_grpo import config as config_lib
-from gemma_grpo.rl import losses
+from gemma_grpo.rl.learner import losses
 
 
 def behaviour_logps(sampler_logps, *, tis: bool, trainer_old_logps: Callable[[], jax.Array] | None):

@@ -25,11 +25,12 @@ from tunix.sft import peft_trainer
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo import storage
+from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import lora
 from gemma_grpo.model import policy as policy_lib
-from gemma_grpo.rl import logprobs
-from gemma_grpo.rl import optim
-from gemma_grpo.rl import trainers
+from gemma_grpo.rl.learner import logprobs
+from gemma_grpo.rl.run import optim
+from gemma_grpo.rl.run import trainers
 from gemma_grpo.runtime import checkpoints
 from gemma_grpo.runtime import console
 from gemma_grpo.runtime import curves
@@ -77,7 +78,7 @@ def encode_examples(problems, tokenizer, max_length: int):
 
 def loss_fn(model, tokens_BxL, target_mask_BxL, pad_id: int):
   """Mean negative log-likelihood of the model-turn tokens."""
-  positions_BxL, mask_BxLxL = logprobs.positions_and_mask(tokens_BxL, pad_id)
+  positions_BxL, mask_BxLxL = gemma3_rl.positions_and_mask(tokens_BxL, pad_id)
   hidden_BxLxD = model.hidden_states(tokens_BxL, positions_BxL, mask_BxLxL)
   # The state after token t predicts token t + 1.
   logps_BxT, _ = logprobs.logps_and_entropy_from_hidden(

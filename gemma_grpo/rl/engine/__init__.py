@@ -1,0 +1,1 @@
+"""The rollout engine: each prompt prefilled once, decoding on merged weights, tool turns."""

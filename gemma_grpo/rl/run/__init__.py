@@ -1,0 +1,1 @@
+"""A training run: the loop and what happens between steps, the RLCluster, trainers, optimizer."""

@@ -1,0 +1,1 @@
+"""Supervised LoRA training on worked solutions (`gemma-grpo sft`), beside RL."""
