@@ -9,7 +9,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 image=${1:-/tmp/gemma_grpo_gpu_image}
 if [ ! -x "$image/bin/python3" ]; then
-  py312=$(command -v python3.12 || find "$(pyenv root)/versions" -maxdepth 3 -path '*/3.12.*/bin/python3' | sort -V | tail -1)
+  py312=""
+  for candidate in "$(command -v python3.12 || true)" "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12.*/bin/python3; do
+    if [ -z "$py312" ] && [ -x "$candidate" ] &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+      py312=$candidate
+    fi
+  done
   "$py312" -m venv "$image"
   "$image/bin/python3" -m pip install --quiet --upgrade pip
   "$image/bin/python3" -m pip install --quiet -r bench/gpu/image.txt
