@@ -315,7 +315,7 @@ def gpu(results: pathlib.Path) -> str:
   runs = [(p, r) for p, r in runs if not r.get("smoke")]
   if not runs:
     return ("No GPU has run `bench/gpu/run.sh` yet; its rehearsal on this CPU is in"
-            " [docs/results/gpu/rehearsal](docs/results/gpu/rehearsal/first_light.log).")
+            " [docs/results/gpu/rehearsal](docs/results/gpu/rehearsal/first_light.txt).")
   path, r = runs[-1]
   stack = r["stack"]
   v = stack["versions"]

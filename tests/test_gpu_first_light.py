@@ -102,7 +102,7 @@ def test_the_carried_wheels_are_the_versions_the_project_resolves():
 
 
 def test_the_rehearsal_ran_the_whole_call_and_stayed_small():
-  log = (REPO / "docs" / "results" / "gpu" / "rehearsal" / "first_light.log").read_text()
+  log = (REPO / "docs" / "results" / "gpu" / "rehearsal" / "first_light.txt").read_text()
   assert "no part failed" in log
   travelled = float(re.search(r"travels: .* = ([\d.]+) MiB of 64 MiB", log)[1])
   assert travelled < 48

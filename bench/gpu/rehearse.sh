@@ -31,9 +31,9 @@ mkdir -p "$out"
 status=0
 (cd "$device" && PATH="$image/bin:$PATH" OUT="$device/out" JAX_PLATFORMS=cpu \
    GEMMA_GRPO_SITE="$device/site" bash bench/gpu/run.sh --smoke) || status=$?
-cp "$device/out/first_light.json" "$device/out/first_light.log" "$out/"
+cp "$device/out/first_light.json" "$device/out/first_light.txt" "$out/"
 { echo "rehearsal: $(date -u '+%Y-%m-%d %H:%M UTC'), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs),"\
        "image $("$image/bin/python3" -c 'import platform, jax; print("Python", platform.python_version(), "jax", jax.__version__)'), exit $status"
-  bash bench/gpu/travel_size.sh; } | tee -a "$out/first_light.log"
+  bash bench/gpu/travel_size.sh; } | tee -a "$out/first_light.txt"
 rm -rf "$device"
 exit "$status"

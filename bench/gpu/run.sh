@@ -13,5 +13,5 @@ export PYTHONPATH="$site:$PWD" PYTHONUNBUFFERED=1
 export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jax_cache}
 nvidia-smi 2>&1 | head -15 | tee "$OUT/nvidia_smi.txt"
 timeout -k 10 "${FIRST_LIGHT_TIMEOUT:-470}" python3 bench/gpu/first_light.py --out "$OUT" "$@" 2>&1 \
-  | tee "$OUT/first_light.log"
+  | tee "$OUT/first_light.txt"
 exit "${PIPESTATUS[0]}"
