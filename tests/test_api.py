@@ -1,11 +1,10 @@
-"""The Python API, through README's own example (gemma_grpo/api.py)."""
+"""The Python API (gemma_grpo/api.py); tests/test_journey.py runs README's example on the offline 270M."""
 
 import re
 
 import pytest
 
 from conftest import REPO
-from conftest import run_python
 from gemma_grpo import api
 from gemma_grpo import errors
 
@@ -22,19 +21,6 @@ def example_output(stdout: str) -> tuple[list[float], float, str]:
   printed = re.search(r"^\[([^\]\n]*)\]\n(\S+) (.*)", stdout, re.M | re.S)
   assert printed, stdout[-2000:]
   return [float(r) for r in printed[1].split(",")], float(printed[2]), printed[3]
-
-
-def test_readme_example_trains_reads_evaluates_and_exports(tmp_path):
-  # The real 270M takes minutes a step here; the example runs as written on the tiny random model.
-  code = readme_example().replace("configs/gemma3_270m.py", str(REPO / "configs/tiny.py"))
-  proc = run_python(code, cwd=tmp_path)
-  rewards, accuracy, completion = example_output(proc.stdout)
-  assert len(rewards) == 2
-  assert 0 <= accuracy <= 1 and completion
-  run = api.Run(tmp_path / "runs" / "notebook")
-  assert [r["step"] for r in run.metrics()] == [1, 2]
-  exported = tmp_path / "exported" / "notebook"
-  assert (exported / "model.safetensors").exists() and (exported / "config.json").exists()
 
 
 def test_bad_overrides_raise_the_one_line_user_error():

@@ -4,7 +4,7 @@ Each fenced `python` or `bash` block in README.md and in the pages of the
 site's nav carries a comment on the line above saying how it is checked:
 
   <!-- docs-test: python -->            the block runs (configs/gemma3_270m.py -> configs/tiny.py)
-  <!-- docs-test: tests/test_api.py ... -->   that test runs it (README's From Python example)
+  <!-- docs-test: tests/test_journey.py ... -->   that test runs it (README's From Python example)
   <!-- docs-test: flags ... -->         every `gemma-grpo ...` and `python -m gemma_grpo.train ...`
                                         command is parsed by its own CLI, and its config with
                                         every override is loaded and validated, up to the point
@@ -40,7 +40,7 @@ import hooks  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 MARKER = re.compile(r"<!-- docs-test: (.*?) -->\s*$")
 FENCE = re.compile(r"^```(\w*)\s*$")
-KINDS = ("python", "tests/test_api.py", "flags", "dry-run", "skip")
+KINDS = ("python", "tests/test_journey.py", "flags", "dry-run", "skip")
 
 
 def nav_pages() -> list[pathlib.Path]:
@@ -106,10 +106,10 @@ def test_readme_starts_with_the_install_and_train_command_and_the_test_command()
   assert len((REPO / "BENCHMARKS.md").read_text().splitlines()) <= 250
 
 
-def test_the_api_example_of_the_docs_is_the_one_test_api_runs():
+def test_the_api_example_of_the_docs_is_the_one_the_journey_runs():
   import test_api  # pylint: disable=g-import-not-at-top
 
-  examples = blocks_of("tests/test_api.py")
+  examples = blocks_of("tests/test_journey.py")
   assert len(examples) >= 2
   for block in examples:
     assert block[4] == test_api.readme_example(), _id(block)
