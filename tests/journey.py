@@ -100,10 +100,13 @@ def _run(root: pathlib.Path, written: list[str], argv: list[str]) -> Step:
 
 
 def api_example() -> str:
-  """README's Python API block, its load_config given SHORT's overrides too."""
-  code, count = re.subn(r"api\.load_config\(([^,]+), \{", r"api.load_config(\1, {**SHORT, ",
+  """README's Python API block, shortened as the commands are: SHORT's
+  overrides after the block's own (one step), EVAL_PROBLEMS held-out problems."""
+  code, count = re.subn(r"api\.load_config\(([^,]+), \{([^{}]*)\}\)", r"api.load_config(\1, {\2, **SHORT})",
                         test_api.readme_example())
   assert count == 1, "README's API block no longer calls api.load_config(path, {...})"
+  code, count = re.subn(r"api\.heldout\(policy, \d+\)", f"api.heldout(policy, {EVAL_PROBLEMS})", code)
+  assert count == 1, "README's API block no longer evaluates api.heldout(policy, N)"
   return f"SHORT = {SHORT!r}\n{code}"
 
 
