@@ -107,9 +107,10 @@ def prompt_lengths(records: Sequence[dict], tokenizer_dir: pathlib.Path) -> list
 def offline_270m_dir() -> pathlib.Path:
   """The converted Gemma-3-270M HF directory (converted once, then cached)."""
   from configs import base  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.config import settings  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
-  return model_loading.offline_270m_dir(base.get_config().model)
+  return model_loading.offline_270m_dir(settings.from_config(base.get_config()).model)
 
 
 def tiny_hf_dir(out: pathlib.Path) -> pathlib.Path:

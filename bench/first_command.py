@@ -41,11 +41,12 @@ def equation(question: str) -> str:
 def trained_equations(max_steps: int, c=None) -> set[str]:
   """The equations of every problem the run of config `c` (default: the command's) draws for training."""
   from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.config import settings  # pylint: disable=g-import-not-at-top
   from gemma_grpo.tasks import data  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
-  c = c or gemma3_270m.get_config()
+  c = settings.from_config(c or gemma3_270m.get_config())
   tok = tokenizer_lib.load(model_loading.offline_270m_dir(c.model))
   splits = data.build_splits(c.data, tok, c.rollout.max_prompt_length)
   batches = iter(data.train_batches(splits.train, c.train.batch_size, c.data.shuffle_seed))

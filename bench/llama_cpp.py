@@ -73,9 +73,9 @@ def ours(workdir: pathlib.Path, exports: pathlib.Path, num_prompts: int) -> dict
 
   run = api.Run(workdir)
   policy = run.policy()
-  c = policy.config
+  c = policy.settings
   problems = api.heldout(policy, num_prompts)
-  generator = eval_generation.Generator.from_config(
+  generator = eval_generation.Generator.from_settings(
       policy.actor, policy.loaded.tokenizer, mesh_lib.make_mesh(c.mesh), c.rollout, c.lora,
       max_new_tokens=c.eval.max_new_tokens)
   start = time.perf_counter()

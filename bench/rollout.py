@@ -75,6 +75,7 @@ def batch_texts(n_prompts: int, generations: int) -> list[str]:
 def build_policy(model_dir: pathlib.Path):
   """(actor, tokenizer, mesh): the workload's LoRA policy, as the trainer samples from it."""
   from configs import gemma3_270m  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.config import settings  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
@@ -84,6 +85,7 @@ def build_policy(model_dir: pathlib.Path):
     c.model.source = str(model_dir)
     c.model.dtype = "float32"
     c.lora.rank, c.lora.alpha = common.LORA_RANK, common.LORA_ALPHA
+  c = settings.from_config(c)
   mesh_lib.enable_compilation_cache(str(model_loading.cache_root(c.model) / "xla"))
   mesh = mesh_lib.make_mesh(c.mesh)
   loaded = model_loading.build(c.model, mesh)

@@ -54,6 +54,7 @@ from tunix.models.gemma3 import model as gemma3
 sys.path.append(str(pathlib.Path(__file__).resolve().parents[1]))
 
 from configs import base  # pylint: disable=g-import-not-at-top,wrong-import-position
+from gemma_grpo.config import settings
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import lora
 from gemma_grpo.rl.learner import losses
@@ -64,7 +65,7 @@ PROMPTS, GENERATIONS, NEW_TOKENS, PAD = 4, 2, 64, 0
 
 def policy(mesh):
   """The 270M-shaped float32 LoRA policy with non-zero adapters."""
-  c = base.get_config()
+  c = settings.from_config(base.get_config())
   config = dataclasses.replace(gemma3.ModelConfig.gemma3_270m(), param_dtype=jnp.float32)
   with jax.set_mesh(mesh):
     model = gemma3_rl.Gemma3(config, rngs=nnx.Rngs(0))
@@ -146,7 +147,7 @@ def main() -> None:
   p.add_argument("--matmul-dtype", choices=("float32", "bfloat16"), default="float32",
                  help="model.matmul_dtype of the policy")
   args = p.parse_args()
-  c = base.get_config()
+  c = settings.from_config(base.get_config())
   mesh = mesh_lib.make_mesh(c.mesh)
   actor = policy(mesh)
   actor.matmul_dtype = None if args.matmul_dtype == "float32" else args.matmul_dtype

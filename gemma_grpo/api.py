@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 import ml_collections
 
 from gemma_grpo import config as config_lib
+from gemma_grpo.config import settings
 from gemma_grpo import errors
 from gemma_grpo import storage
 from gemma_grpo.model import hf_export
@@ -72,8 +73,7 @@ def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> ml_col
   c = config_lib.load(path)
   for key, value in (overrides or {}).items():
     config_lib.override(c, key, repr(value) if not isinstance(value, str) else value)
-  config_lib.validate(c)
-  rewards.check_config(c.rewards)
+  _validated(c)
   return c
 
 
@@ -105,7 +105,16 @@ class Run:
     Returns:
       The policy, on a mesh built from the run's mesh settings.
     """
-    return policy_lib.restore(self.workdir, mesh_lib.make_mesh(self.config.mesh), step)
+    mesh = mesh_lib.make_mesh(settings.from_config(self.config).mesh)
+    return policy_lib.restore(self.workdir, mesh, step)
+
+
+def _validated(c: ml_collections.ConfigDict) -> settings.Settings:
+  """The settings of `c`, once config.validate and the rewards check pass."""
+  config_lib.validate(c)
+  s = settings.from_config(c)
+  rewards.check(s.rewards)
+  return s
 
 
 def use_tools(c: ml_collections.ConfigDict, *tool_fns: Callable[[str], str]) -> ml_collections.ConfigDict:
@@ -144,8 +153,7 @@ def use_tools(c: ml_collections.ConfigDict, *tool_fns: Callable[[str], str]) -> 
     tools_lib.load_tools(c.rollout.tools)
   except ValueError as e:
     raise errors.UserError(str(e)) from None
-  config_lib.validate(c)
-  rewards.check_config(c.rewards)
+  _validated(c)
   return c
 
 
@@ -166,10 +174,9 @@ def train(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Run:
       the run; its checkpoints are kept.
   """
   workdir = os.fspath(workdir)
-  config_lib.validate(c)  # it may have changed since load_config
-  rewards.check_config(c.rewards)
+  s = _validated(c)  # it may have changed since load_config
   with workdir_lock.held(storage.path(workdir), take=True):
-    code = training_run.train(c, workdir)
+    code = training_run.train(s, workdir)
   if code:
     raise TrainingStopped(code, pathlib.Path(workdir))
   return Run(pathlib.Path(workdir))
@@ -185,8 +192,8 @@ def heldout(policy: policy_lib.Policy, num_problems: int) -> list[data_lib.Probl
   Returns:
     The first `num_problems` held-out problems of the run's data split.
   """
-  c = policy.config
-  splits = data_lib.build_splits(c.data, policy.loaded.tokenizer, c.rollout.max_prompt_length)
+  s = policy.settings
+  splits = data_lib.build_splits(s.data, policy.loaded.tokenizer, s.rollout.max_prompt_length)
   return splits.heldout[:num_problems]
 
 

@@ -178,8 +178,9 @@ def pytest_configure(config):
   if os.environ.get("PYTEST_XDIST_WORKER"):
     return
   config.stash[_CONVERTER] = subprocess.Popen(
-      [sys.executable, "-c", "from gemma_grpo import config; from gemma_grpo.model import"
-       " model_loading; model_loading.offline_270m_dir(config.defaults().model)"],
+      [sys.executable, "-c", "from gemma_grpo import config; from gemma_grpo.config import settings;"
+       " from gemma_grpo.model import model_loading;"
+       " model_loading.offline_270m_dir(settings.from_config(config.defaults()).model)"],
       cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

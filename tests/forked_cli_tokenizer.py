@@ -8,7 +8,8 @@ first run would do anyway, under the same lock.
 """
 
 from gemma_grpo import config
+from gemma_grpo.config import settings
 from gemma_grpo.model import model_loading
 from gemma_grpo.model import tokenizer
 
-tokenizer.load(model_loading.offline_270m_dir(config.defaults().model))
+tokenizer.load(model_loading.offline_270m_dir(settings.from_config(config.defaults()).model))

@@ -34,6 +34,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from configs import tiny
+from gemma_grpo.config import settings
 from gemma_grpo.model import model_loading
 
 NEWLINE = 107
@@ -106,7 +107,7 @@ def _tensors(r, seed: int) -> dict[str, np.ndarray]:
 
 def write(out_dir: pathlib.Path, tokenizer_dir: pathlib.Path, seed: int = 0) -> pathlib.Path:
   """Writes the model as a Hugging Face checkpoint directory (model.source)."""
-  r = tiny.get_config().model.random
+  r = settings.from_config(tiny.get_config()).model.random
   out_dir.mkdir(parents=True, exist_ok=True)
   save_file(_tensors(r, seed), str(out_dir / "model.safetensors"))
   (out_dir / "config.json").write_text(json.dumps(_hf_config(r), indent=1))

@@ -1,19 +1,18 @@
 """Tests for gemma_grpo.rl.learner.algorithms: the table of algorithms and its settings."""
 
-import ml_collections
+import dataclasses
+
 import numpy as np
 import pytest
 
 from configs import base
 from gemma_grpo import config as config_lib
+from gemma_grpo.config import settings
 from gemma_grpo.rl.learner import algorithms
 
 
-def grpo_section(**overrides) -> ml_collections.ConfigDict:
-  c = base.get_config().grpo
-  with c.unlocked():
-    c.update(overrides)
-  return c
+def grpo_section(**overrides) -> settings.AlgorithmSettings:
+  return dataclasses.replace(settings.from_config(base.get_config()).grpo, **overrides)
 
 
 def test_the_table_holds_exactly_the_algorithms_config_accepts():

@@ -168,6 +168,50 @@ def test_config_is_data_and_imports_nothing_of_the_trainer():
     assert {m for m in imports_of(path) if m.split(".")[0] != "config"} <= {"errors", "storage"}, path
 
 
+# --- Typed settings below the commands ------------------------------------------
+# The front ends turn the user's ConfigDict into config.settings' frozen
+# dataclasses; every module below them takes the slice it needs and never
+# reads a ConfigDict (a function's signature then says what it depends on).
+READS_CONFIG_DICTS = ("api", "train", "commands", "plan", "config")
+
+
+def config_dict_uses(path: pathlib.Path) -> list[str]:
+  """`line: what` for each import of ml_collections and each ConfigDict annotation in `path`."""
+  found = []
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Import):
+      found += [f"{node.lineno}: import {a.name}" for a in node.names
+                if a.name.split(".")[0] == "ml_collections"]
+    elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "ml_collections":
+      found.append(f"{node.lineno}: from {node.module} import ...")
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      args = node.args
+      for arg in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
+        if arg is not None and arg.annotation is not None and "ConfigDict" in ast.unparse(arg.annotation):
+          found.append(f"{arg.lineno}: {node.name}({arg.arg}: {ast.unparse(arg.annotation)})")
+      if node.returns is not None and "ConfigDict" in ast.unparse(node.returns):
+        found.append(f"{node.lineno}: {node.name}() -> {ast.unparse(node.returns)}")
+  return found
+
+
+def test_no_module_below_the_front_ends_reads_a_config_dict():
+  below = [p for p in sorted(PACKAGE.rglob("*.py")) if module_name(p).split(".")[0] not in READS_CONFIG_DICTS]
+  assert len(below) > 40
+  uses = [f"{p.relative_to(PACKAGE)}:{use}" for p in below for use in config_dict_uses(p)]
+  assert not uses, "take a config.settings slice instead of a ConfigDict:\n" + "\n".join(uses)
+
+
+def test_the_config_dict_check_finds_each_form(tmp_path):
+  source = tmp_path / "probe.py"
+  source.write_text("import ml_collections\nfrom ml_collections import config_dict\n"
+                    "def f(c: ml_collections.ConfigDict, *, d: 'ConfigDict | None' = None): ...\n"
+                    "def g(x: int) -> ml_collections.ConfigDict: ...\ndef h(c): ...\n")
+  assert config_dict_uses(source) == [
+      "1: import ml_collections", "2: from ml_collections import ...",
+      "3: f(c: ml_collections.ConfigDict)", "3: f(d: 'ConfigDict | None')",
+      "4: g() -> ml_collections.ConfigDict"]
+
+
 def architecture_map() -> list[set[str]]:
   """The layer map of docs/architecture.md: the names on each line, top line first."""
   page = (PACKAGE.parent / "docs" / "architecture.md").read_text()

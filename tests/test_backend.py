@@ -2,10 +2,10 @@
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import pytest
 
 import conftest
+from gemma_grpo.config import settings
 from gemma_grpo.rl.engine import decode_dots
 from gemma_grpo.rl.engine import lm_head_screen
 from gemma_grpo.runtime import backend
@@ -22,8 +22,7 @@ def _tpu_mesh():
   from gemma_grpo.plan import chips  # pylint: disable=g-import-not-at-top
   from gemma_grpo.plan import devices  # pylint: disable=g-import-not-at-top
 
-  c = ml_collections.ConfigDict(dict(fsdp=-1, tp=1))
-  return devices.mesh_for(c, devices.for_topology(chips.topology("v5e-8")))
+  return devices.mesh_for(settings.MeshSettings(fsdp=-1, tp=1), devices.for_topology(chips.topology("v5e-8")))
 
 
 def test_the_target_is_this_process_unless_the_mesh_is_a_slices():

@@ -13,6 +13,7 @@ from configs import base
 from gemma_grpo.runtime import checkpoints
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 
 
 def copy_run(tiny_run, tmp_path):
@@ -52,6 +53,14 @@ def tiny_config(**lora):
   c = config_lib.load("configs/tiny.py")
   c.lora.update(lora)
   return c
+
+
+def tiny_settings(**lora) -> settings.Settings:
+  return settings.from_config(tiny_config(**lora))
+
+
+def identity_of(s: settings.Settings, shape=None) -> dict:
+  return checkpoints.identity(s.model, s.lora, s.grpo.algorithm, shape)
 
 
 def test_saved_steps_ignore_partial_and_set_aside_steps(tiny_run, tmp_path):
@@ -175,20 +184,20 @@ def test_an_empty_workdir_has_nothing_to_resume(tmp_path):
 
 
 def test_identity_names_config_fields_so_a_mismatch_gives_the_override():
-  ident = checkpoints.identity(tiny_config(), {"num_layers": 2})
+  ident = identity_of(tiny_settings(), {"num_layers": 2})
   assert ident["lora.rank"] == 4 and ident["grpo.algorithm"] == "grpo"
   assert ident["model.random.seed"] == 0  # random weights are part of the model
   assert ident["model shape num_layers"] == 2
-  assert "model.random.seed" not in checkpoints.identity(base.get_config())
+  assert "model.random.seed" not in identity_of(settings.from_config(base.get_config()))
 
 
 def test_run_json_round_trips_and_matching_config_passes(tmp_path, tiny_run):
   workdir = copy_run(tiny_run, tmp_path)
-  ident = checkpoints.identity(tiny_config(), {"num_layers": 2})
+  ident = identity_of(tiny_settings(), {"num_layers": 2})
   checkpoints.write_identity(workdir, ident)
   assert checkpoints.saved_identity(workdir) == ident
   checkpoints.check_identity(workdir, ident)
-  checkpoints.check_identity(workdir, checkpoints.identity(tiny_config()))  # shape not known yet
+  checkpoints.check_identity(workdir, identity_of(tiny_settings()))  # shape not known yet
 
 
 SHIPPED = sorted(str(p) for p in pathlib.Path("configs").glob("*.py") if p.name != "__init__.py")
@@ -197,14 +206,14 @@ SHIPPED = sorted(str(p) for p in pathlib.Path("configs").glob("*.py") if p.name 
 @pytest.mark.parametrize("path", SHIPPED)
 def test_every_shipped_configs_identity_reads_back_from_run_json_and_config_json(path, tmp_path):
   c = config_lib.load(path)
-  ident = checkpoints.identity(c, {"num_layers": 18})
+  ident = identity_of(settings.from_config(c), {"num_layers": 18})
   checkpoints.write_identity(tmp_path, ident)
   assert checkpoints.saved_identity(tmp_path) == ident
   checkpoints.compare_identity(tmp_path, checkpoints.saved_identity(tmp_path), ident)
   # A work directory from before run.json: the identity comes from its config.json.
   (tmp_path / checkpoints.RUN_FILE).unlink()
   config_lib.save(c, tmp_path / "config.json")
-  assert checkpoints.saved_identity(tmp_path) == checkpoints.identity(c)
+  assert checkpoints.saved_identity(tmp_path) == identity_of(settings.from_config(c))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -215,7 +224,7 @@ def test_every_shipped_configs_identity_reads_back_from_run_json_and_config_json
 ])
 def test_a_different_run_is_refused_in_one_line(tiny_run, tmp_path, change, message):
   workdir = copy_run(tiny_run, tmp_path)
-  saved = checkpoints.identity(tiny_config(), {"num_layers": 2})
+  saved = identity_of(tiny_settings(), {"num_layers": 2})
   checkpoints.write_identity(workdir, saved)
   with pytest.raises(errors.UserError) as e:
     checkpoints.check_identity(workdir, {**saved, **change})
@@ -226,19 +235,19 @@ def test_a_workdir_without_run_json_is_checked_against_its_config_json(tiny_run,
   workdir = copy_run(tiny_run, tmp_path)
   (workdir / checkpoints.RUN_FILE).unlink(missing_ok=True)
   with pytest.raises(errors.UserError, match="lora.rank: 4 there, 8 here"):
-    checkpoints.check_identity(workdir, checkpoints.identity(tiny_config(rank=8)))
+    checkpoints.check_identity(workdir, identity_of(tiny_settings(rank=8)))
 
 
 def test_a_workdir_without_checkpoints_accepts_any_config(tmp_path):
-  checkpoints.write_identity(tmp_path, checkpoints.identity(tiny_config()))
-  checkpoints.check_identity(tmp_path, checkpoints.identity(tiny_config(rank=8)))
+  checkpoints.write_identity(tmp_path, identity_of(tiny_settings()))
+  checkpoints.check_identity(tmp_path, identity_of(tiny_settings(rank=8)))
 
 
 def test_a_damaged_run_json_is_reported(tiny_run, tmp_path):
   workdir = copy_run(tiny_run, tmp_path)
   (workdir / checkpoints.RUN_FILE).write_text("{")
   with pytest.raises(errors.UserError, match="run.json: not valid JSON"):
-    checkpoints.check_identity(workdir, checkpoints.identity(tiny_config()))
+    checkpoints.check_identity(workdir, identity_of(tiny_settings()))
 
 
 # --- checkpoint against the model it is restored into -------------------------
@@ -249,7 +258,7 @@ def tiny_model():
   from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
-  c = tiny_config()
+  c = tiny_settings()
   mesh = mesh_lib.make_mesh(c.mesh)
   return c, mesh, model_loading.build(c.model, mesh)
 
@@ -263,7 +272,7 @@ def test_checkpoint_must_fit_the_adapters(tiny_run, tiny_model, lora_change, mes
   from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
 
   c, mesh, loaded = tiny_model
-  c = tiny_config(**lora_change)
+  c = tiny_settings(**lora_change)
   actor = lora.apply(loaded.model, c.lora, mesh)
   saved = checkpoints.set_aside_unreadable(tiny_run, move=False)
   assert saved.step == 2

@@ -1,5 +1,6 @@
 """The RL cluster keeps one copy of the frozen weights through an update."""
 
+import dataclasses
 import warnings
 
 import jax
@@ -11,6 +12,7 @@ from tunix.rl.rl_cluster import Role
 from gemma_grpo.rl.learner import algorithms
 from gemma_grpo.rl.run import cluster as cluster_lib
 from gemma_grpo import config as config_lib
+from gemma_grpo.config import settings
 from gemma_grpo.tasks import data as data_lib
 from gemma_grpo.rl.learner import learner as learner_lib
 from gemma_grpo.model import lora
@@ -35,6 +37,7 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
   c = config_lib.load("configs/tiny.py")
   c.train.max_steps = 1
   c.eval.every_steps = 0
+  c = settings.from_config(c)
   mesh = mesh_lib.make_mesh(c.mesh)
   loaded = model_loading.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
@@ -62,7 +65,7 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
 
   learner = learner_lib.Learner(
       rl_cluster=cluster, algo_config=algorithms.algo_config(c.grpo),
-      reward_fns=rewards.from_config(c.rewards), rollout_seed=0)
+      reward_fns=rewards.from_settings(c.rewards), rollout_seed=0)
   splits = data_lib.build_splits(c.data, loaded.tokenizer, c.rollout.max_prompt_length)
   learner.train(iter(data_lib.train_batches(splits.train, c.train.batch_size, 0)))
   writer.close()
@@ -84,7 +87,8 @@ def test_actor_and_reference_share_frozen_weights_before_and_after_an_update(tmp
 def test_rollout_engine_picks_tunix_or_ours(engine, want):
   tiny = config_lib.load("configs/tiny.py")
   tiny.rollout.engine = engine
-  picked = cluster_lib.rollout_engine(tiny)
+  tiny = settings.from_config(tiny)
+  picked = cluster_lib.rollout_engine(tiny.rollout, tiny.lora)
   if want == "vanilla":
     assert picked == "vanilla"
   else:
@@ -96,6 +100,6 @@ def test_rollout_engine_picks_tunix_or_ours(engine, want):
 
 
 def test_the_rollout_engine_decodes_in_the_configured_dtype():
-  tiny = config_lib.load("configs/tiny.py")
-  tiny.rollout.decode_dtype = "bfloat16"
-  assert cluster_lib.rollout_engine(tiny).keywords["decode_dtype"] == "bfloat16"
+  tiny = settings.from_config(config_lib.load("configs/tiny.py"))
+  rollout = dataclasses.replace(tiny.rollout, decode_dtype="bfloat16")
+  assert cluster_lib.rollout_engine(rollout, tiny.lora).keywords["decode_dtype"] == "bfloat16"

@@ -2,10 +2,10 @@
 
 import json
 
-import ml_collections
 import numpy as np
 import pytest
 
+from gemma_grpo.config import settings
 from gemma_grpo.tasks import data
 from gemma_grpo import errors
 from gemma_grpo.tasks import prompts
@@ -110,7 +110,7 @@ def test_bad_reasoning_gym_options_name_the_field():
 def test_few_shot_examples_are_earlier_turns_of_the_same_chat():
   examples = (("Solve for x: x + 1 = 3", "x = 3 - 1 = 2.", "2"),)
   problem = data.with_examples([data.Problem("Solve for y: y - 2 = 5", "7")],
-                               ml_collections.ConfigDict(dict(few_shot=examples, instruction="")))[0]
+                               _data_settings(few_shot=examples))[0]
   assert problem.prompt == (
       "<start_of_turn>user\n" + prompts.SYSTEM_INSTRUCTION + "\n\nSolve for x: x + 1 = 3<end_of_turn>\n"
       "<start_of_turn>model\n<reasoning>x = 3 - 1 = 2.</reasoning>\n<answer>2</answer><end_of_turn>\n"
@@ -122,12 +122,11 @@ def test_few_shot_examples_are_earlier_turns_of_the_same_chat():
 
 
 def test_data_instruction_replaces_the_default_one_atop_the_first_turn():
-  c = ml_collections.ConfigDict(dict(few_shot=(), instruction="Use the calculator."))
+  c = _data_settings(instruction="Use the calculator.")
   problem = data.with_examples([data.Problem("What is 2 * 3?", "6")], c)[0]
   assert problem.prompt == ("<start_of_turn>user\nUse the calculator.\n\nWhat is 2 * 3?<end_of_turn>\n"
                             "<start_of_turn>model\n")
-  c.instruction = ""
-  assert prompts.SYSTEM_INSTRUCTION in data.with_examples([problem], c)[0].prompt
+  assert prompts.SYSTEM_INSTRUCTION in data.with_examples([problem], _data_settings())[0].prompt
 
 
 def test_split_prompts_carry_the_examples_and_count_toward_the_limit(tmp_path):
@@ -135,13 +134,13 @@ def test_split_prompts_carry_the_examples_and_count_toward_the_limit(tmp_path):
       {"question": f"What is {i} plus one?", "answer": f"#### {i + 1}"} for i in range(10)
   ])
   examples = (("What is 1 plus one?", "1 + 1 = 2.", "2"),)
-  splits = data.build_splits(_splits_config(path, few_shot=examples), CharTokenizer(), 10_000)
+  splits = data.build_splits(_data_settings(path, few_shot=examples), CharTokenizer(), 10_000)
   assert all(p.examples == examples for p in splits.train + splits.heldout)
   batch = data.to_batch(splits.train[:2])
   assert all(b.count("<start_of_turn>user") == 2 for b in batch["prompts"])
   one_turn = len(prompts.render_prompt("What is 1 plus one?")) + 1
   with pytest.raises(errors.UserError, match="max_prompt_length"):
-    data.build_splits(_splits_config(path, few_shot=examples), CharTokenizer(), one_turn + 5)
+    data.build_splits(_data_settings(path, few_shot=examples), CharTokenizer(), one_turn + 5)
 
 
 def test_unknown_reasoning_gym_task():
@@ -169,29 +168,28 @@ def test_long_prompts_are_dropped_not_truncated():
     data.fit_prompts([long], CharTokenizer(), limit)
 
 
-def _splits_config(path, **overrides):
-  c = ml_collections.ConfigDict(dict(
-      source=str(path), split="train", num_heldout=2, max_examples=0, heldout_unseen_by="none",
+def _data_settings(source="unused.jsonl", **overrides) -> settings.DataSettings:
+  """The data slice alone: no whole config is needed to split problems."""
+  return settings.DataSettings(**{**dict(
+      source=str(source), split="train", num_heldout=2, max_examples=0, heldout_unseen_by="none",
       shuffle_seed=42, reasoning_gym_size=10, reasoning_gym_seed=1,
-      reasoning_gym_options=ml_collections.ConfigDict(), few_shot=(), instruction="",
-  ))
-  c.update(overrides)
-  return c
+      reasoning_gym_options={}, few_shot=(), instruction="",
+  ), **overrides})
 
 
 def test_heldout_split_is_deterministic_and_disjoint(tmp_path):
   path = write_jsonl(tmp_path / "p.jsonl", [
       {"question": f"What is {i} plus one?", "answer": f"#### {i + 1}"} for i in range(10)
   ])
-  a = data.build_splits(_splits_config(path), CharTokenizer(), 10_000)
-  b = data.build_splits(_splits_config(path), CharTokenizer(), 10_000)
+  a = data.build_splits(_data_settings(path), CharTokenizer(), 10_000)
+  b = data.build_splits(_data_settings(path), CharTokenizer(), 10_000)
   assert a.train == b.train and a.heldout == b.heldout
   assert len(a.heldout) == 2 and len(a.train) == 8
   assert not set(p.question for p in a.heldout) & set(p.question for p in a.train)
-  capped = data.build_splits(_splits_config(path, max_examples=3), CharTokenizer(), 10_000)
+  capped = data.build_splits(_data_settings(path, max_examples=3), CharTokenizer(), 10_000)
   assert len(capped.train) == 3
   with pytest.raises(errors.UserError, match="data.num_heldout"):
-    data.build_splits(_splits_config(path, num_heldout=10), CharTokenizer(), 10_000)
+    data.build_splits(_data_settings(path, num_heldout=10), CharTokenizer(), 10_000)
 
 
 def test_batches_are_numpy_and_reshuffled_each_epoch():
@@ -237,15 +235,15 @@ def test_unseen_heldout_problems_are_distinct_and_never_trained_on(tmp_path):
           for i, (wording, letter) in enumerate(
               (w, l) for w in ("Solve for", "Find") for l in "xyzkm" for _ in range(3))]
   path = write_jsonl(tmp_path / "p.jsonl", rows)
-  plain = data.build_splits(_splits_config(path, num_heldout=4), CharTokenizer(), 10_000)
+  plain = data.build_splits(_data_settings(path, num_heldout=4), CharTokenizer(), 10_000)
   key = lambda p: data.problem_key(p, "equation")
   assert {key(p) for p in plain.heldout} & {key(p) for p in plain.train}  # the leak it closes
-  unseen = data.build_splits(_splits_config(path, num_heldout=4, heldout_unseen_by="equation"),
+  unseen = data.build_splits(_data_settings(path, num_heldout=4, heldout_unseen_by="equation"),
                              CharTokenizer(), 10_000)
   heldout_keys = [key(p) for p in unseen.heldout]
   assert len(heldout_keys) == len(set(heldout_keys)) == 4
   assert not set(heldout_keys) & {key(p) for p in unseen.train}
   assert len(unseen.train) == 10  # the 2 other equations, 5 rows each
   with pytest.raises(errors.UserError, match="only 6 distinct problems.*data.num_heldout"):
-    data.build_splits(_splits_config(path, num_heldout=7, heldout_unseen_by="equation"),
+    data.build_splits(_data_settings(path, num_heldout=7, heldout_unseen_by="equation"),
                       CharTokenizer(), 10_000)

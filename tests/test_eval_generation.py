@@ -1,9 +1,12 @@
 """Batched generation with Tunix's sampler on the tiny random Gemma-3."""
 
+import dataclasses
+
 import pytest
 
 from conftest import device_mesh
 from configs import tiny
+from gemma_grpo.config import settings
 from gemma_grpo.rl.eval import generation
 from gemma_grpo.model import model_loading
 from gemma_grpo.tasks import prompts
@@ -19,7 +22,7 @@ PROMPTS = [prompts.render_prompt(q) for q in (
 def loaded():
   # One device: the simulated 8-device CPU would split this tiny model.
   mesh = device_mesh()
-  return model_loading.build(tiny.get_config().model, mesh), mesh
+  return model_loading.build(settings.from_config(tiny.get_config()).model, mesh), mesh
 
 
 def make_generator(loaded, stop_ids=None):
@@ -88,14 +91,13 @@ def test_decoding_rejects_bad_values(kwargs):
     generation.Decoding(**kwargs)
 
 
-def test_from_config_builds_the_generator_of_the_rollout_and_lora_sections(loaded, generator):
+def test_from_settings_builds_the_generator_of_the_rollout_and_lora_settings(loaded, generator):
   (model, mesh) = loaded
-  c = tiny.get_config()
-  with c.unlocked():
-    c.rollout.engine = "tunix"  # the engine of the `generator` fixture
-    c.rollout.max_prompt_length = MAX_PROMPT
-  built = generation.Generator.from_config(model.model, model.tokenizer, mesh, c.rollout,
-                                                c.lora, max_new_tokens=MAX_NEW)
+  c = settings.from_config(tiny.get_config())
+  rollout = dataclasses.replace(c.rollout, engine="tunix",  # the engine of the `generator` fixture
+                                max_prompt_length=MAX_PROMPT)
+  built = generation.Generator.from_settings(model.model, model.tokenizer, mesh, rollout,
+                                             c.lora, max_new_tokens=MAX_NEW)
   assert built.stop_token_ids == tokenizer_lib.stop_token_ids(model.tokenizer)
   greedy = generation.Decoding(max_new_tokens=MAX_NEW)
   assert (built.generate(PROMPTS[:2], greedy, batch_size=2)

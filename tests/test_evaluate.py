@@ -1,5 +1,6 @@
 """`gemma-grpo eval`: targets, data, contamination, the console table, and the command end to end."""
 
+import dataclasses
 import json
 import math
 import os
@@ -11,6 +12,7 @@ import pytest
 from conftest import REPO, cli_env, run_cli
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.commands import evaluate
 from gemma_grpo.rl.eval import targets
 from gemma_grpo.tasks import data as data_lib
@@ -213,13 +215,11 @@ def test_cli_eval_of_a_checkpoint_repeats_the_runs_own_eval_token_for_token(tmp_
 
 
 def test_default_data_is_the_configs_own_source_never_a_training_file():
-  c = config_lib.defaults()
+  data = settings.from_config(config_lib.defaults()).data
   for source in ("reasoning_gym:simple_equations", "gsm8k"):
-    c.data.source = source
-    assert problem_sets.default_data(c.data) == source
-  c.data.source = "/data/gsm8k/train.jsonl"
+    assert problem_sets.default_data(dataclasses.replace(data, source=source)) == source
   with pytest.raises(errors.UserError, match="--data: required"):
-    problem_sets.default_data(c.data)
+    problem_sets.default_data(dataclasses.replace(data, source="/data/gsm8k/train.jsonl"))
 
 
 def test_latest_run_is_the_one_with_the_newest_checkpoint(tmp_path):

@@ -16,6 +16,7 @@ import pytest
 from conftest import device_mesh
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.commands import export
 from gemma_grpo.model import export_formats
 from gemma_grpo.model import hf_export
@@ -138,7 +139,7 @@ def exported(tiny_run, tmp_path_factory):
   and after the exports.
   """
   before = tree_digest(tiny_run)
-  policy = policy_lib.restore(tiny_run, mesh_lib.make_mesh(config_lib.defaults().mesh))
+  policy = policy_lib.restore(tiny_run, mesh_lib.make_mesh(settings.from_config(config_lib.defaults()).mesh))
   randomize_lora_b(policy.actor, "layers", seed=0)
   root = tmp_path_factory.mktemp("exports")
   dirs = {}
@@ -180,7 +181,7 @@ def test_merge_matches_an_independent_numpy_merge_of_layer_0(exported):
   from flax import nnx  # pylint: disable=g-import-not-at-top
 
   p = exported.policy
-  scale = p.config.lora.alpha / p.config.lora.rank
+  scale = p.settings.lora.alpha / p.settings.lora.rank
   layer = p.actor.layers[0]
   get = lambda v: np.asarray(v.get_value(), dtype=np.float64)
   attn, mlp = layer.attn, layer.mlp
@@ -219,7 +220,7 @@ def test_lora_really_changed_the_targeted_weights_and_nothing_else(exported):
 
 
 def test_merged_tensors_are_the_text_model_in_hf_layout(exported):
-  p = exported.policy.config.model.random
+  p = exported.policy.settings.model.random
   shapes = {k: v.shape for k, v in exported.merged.items()}
   assert shapes["model.embed_tokens.weight"] == (p.vocab_size, p.embed_dim)
   assert shapes["model.layers.1.self_attn.q_proj.weight"] == (p.num_heads * p.head_dim, p.embed_dim)
@@ -265,7 +266,7 @@ def bf16_rounded_policy_logits(policy, ids: list[int]) -> np.ndarray:
   from flax import nnx  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
-  c = policy.config.lora
+  c = policy.settings.lora
   merged = lora.merged_params(policy.actor, c.alpha / c.rank)
   plain = nnx.clone(policy.loaded.model)  # new variables, so the policy is untouched
   nnx.update(plain, nnx.State.from_flat_path({
@@ -297,7 +298,7 @@ def test_hf_directory_is_a_complete_text_only_checkpoint(exported):
   config = json.loads((out / "config.json").read_text())
   assert config["architectures"] == ["Gemma3ForCausalLM"]
   assert config["model_type"] == "gemma3_text" and config["dtype"] == "float32"
-  r = exported.policy.config.model.random
+  r = exported.policy.settings.model.random
   assert (config["num_hidden_layers"], config["hidden_size"], config["num_key_value_heads"]) == (
       r.num_layers, r.embed_dim, r.num_kv_heads)
   assert config["sliding_window"] == r.sliding_window and config["tie_word_embeddings"]
@@ -328,7 +329,7 @@ def test_model_card_names_the_run_and_its_evaluation(exported, tmp_path):
   (tmp_path / "eval_step2" / "eval.json").write_text(
       json.dumps({"metrics": {"accuracy": 0.375, "format_accuracy": 0.5}, "samples": [1, 2]}))
   card = model_card.write(exported.policy, tmp_path, "hf", "float32")
-  c = exported.policy.config
+  c = exported.policy.settings
   for needle in ("license: gemma", model_card.LICENSE_URL, "step 2", "`random`", c.data.source,
                  f"{c.lora.rank} / {c.lora.alpha}", "| accuracy | 0.375 |", "AutoModelForCausalLM",
                  c.grpo.algorithm):
@@ -339,10 +340,11 @@ def test_model_card_names_the_run_and_its_evaluation(exported, tmp_path):
 def test_model_card_shows_the_few_shot_prompt_the_stop_text_and_the_runs_own_evals(exported, tmp_path):
   import dataclasses  # pylint: disable=g-import-not-at-top
 
-  c = exported.policy.config.copy_and_resolve_references()
-  c.data.few_shot = (("Solve for x: x + 7 = 15", "x = 15 - 7 = 8.", "8"),)
-  c.rollout.stop_text = "</answer>"
-  policy = dataclasses.replace(exported.policy, config=c)
+  c = exported.policy.settings
+  c = dataclasses.replace(
+      c, data=dataclasses.replace(c.data, few_shot=(("Solve for x: x + 7 = 15", "x = 15 - 7 = 8.", "8"),)),
+      rollout=dataclasses.replace(c.rollout, stop_text="</answer>"))
+  policy = dataclasses.replace(exported.policy, settings=c)
   for step, accuracy in ((0, 0.25), (14, 0.5)):
     (tmp_path / "eval" / f"step_{step:06d}").mkdir(parents=True)
     (tmp_path / "eval" / f"step_{step:06d}" / "eval.json").write_text(
@@ -401,7 +403,7 @@ def test_gguf_export_reads_back_as_the_merged_weights(exported):
     np.testing.assert_array_equal(back[name], expected, err_msg=name)
   types_by_name = {t.name: t.tensor_type.name for t in contents.tensors}
   assert set(types_by_name.values()) == {"F32"}
-  r = exported.policy.config.model.random
+  r = exported.policy.settings.model.random
   config = gguf_io.hf_config_kwargs(contents)
   assert {k: config[k] for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                                  "num_attention_heads", "num_key_value_heads", "head_dim", "sliding_window")} == {
@@ -445,7 +447,7 @@ def test_transformers_reads_the_gguf_export_with_the_hf_exports_logits(exported)
   # transformers' GGUF config mapping has no query_pre_attn_scalar and falls
   # back to 256: right for Gemma-3 270M to 12B (head_dim 256), not for this
   # tiny model's head_dim, so the test passes it as a user would.
-  head_dim = exported.policy.config.model.random.head_dim
+  head_dim = exported.policy.settings.model.random.head_dim
   model = AutoModelForCausalLM.from_pretrained(
       str(exported.dirs["gguf"]), gguf_file=export_formats.GGUF_FILE, dtype=torch.float32,
       query_pre_attn_scalar=head_dim)
@@ -709,6 +711,7 @@ def test_offline_270m_with_random_lora_exports_faithfully(tmp_path):
 
   c = config_lib.defaults()  # gguf:gemma-3-270m, float32
   c.lora.rank, c.lora.alpha = 8, 16.0
+  c = settings.from_config(c)
   mesh = device_mesh()  # sharded exports are the tiny model's tests; this one is about the numbers
   loaded = model_loading.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)

@@ -13,6 +13,7 @@ from gemma_grpo.model import lora
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.model import model_loading
 from gemma_grpo.model import gemma3_rl
+from gemma_grpo.config import settings
 
 
 @pytest.fixture(scope="module")
@@ -20,6 +21,7 @@ def tiny():
   c = base.get_config()
   c.model.source = "random"
   c.mesh.fsdp = 8
+  c = settings.from_config(c)
   mesh = mesh_lib.make_mesh(c.mesh)
   loaded = model_loading.build(c.model, mesh)
   return c, mesh, loaded

@@ -48,9 +48,9 @@ from gemma_grpo.tasks import prompts
 
 run = api.Run(pathlib.Path({workdir!r}))
 policy = run.policy()
-c = policy.config
+c = policy.settings
 problems = api.heldout(policy, {num_prompts})
-generator = eval_generation.Generator.from_config(
+generator = eval_generation.Generator.from_settings(
     policy.actor, policy.loaded.tokenizer, mesh_lib.make_mesh(c.mesh), c.rollout, c.lora,
     max_new_tokens=c.eval.max_new_tokens)
 out = generator.generate([p.prompt for p in problems],

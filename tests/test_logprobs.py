@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gemma_grpo.rl.learner import logprobs
+from gemma_grpo.config import settings
 
 
 def _reference(hidden, embed, targets, temperature):
@@ -61,6 +62,7 @@ def test_model_logps_match_tunix_full_logits():
   c = base.get_config()
   c.model.source = "random"
   c.mesh.fsdp = 8
+  c = settings.from_config(c)
   mesh = mesh_lib.make_mesh(c.mesh)
   model = model_loading.build(c.model, mesh).model
   prompts = jnp.array([[0, 0, 2, 10, 11, 12], [2, 20, 21, 22, 23, 24]] * 4)
@@ -87,6 +89,7 @@ def test_shared_prompt_pass_matches_the_full_pass(group):
   c = base.get_config()
   c.model.source = "random"
   c.mesh.fsdp = 8
+  c = settings.from_config(c)
   mesh = mesh_lib.make_mesh(c.mesh)
   loaded = model_loading.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)

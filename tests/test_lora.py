@@ -17,6 +17,7 @@ from gemma_grpo import errors
 from gemma_grpo.model import lora
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.model import model_loading
+from gemma_grpo.config import settings
 
 
 def _tiny(fsdp=8, tp=1, **lora_overrides):
@@ -26,6 +27,7 @@ def _tiny(fsdp=8, tp=1, **lora_overrides):
   c.mesh.fsdp, c.mesh.tp = fsdp, tp
   c.lora.rank, c.lora.alpha = 4, 8.0
   c.lora.update(lora_overrides)
+  c = settings.from_config(c)
   mesh = mesh_lib.make_mesh(c.mesh)
   return c, mesh, model_loading.build(c.model, mesh)
 

@@ -7,6 +7,7 @@ import pytest
 from conftest import BATCH_OF_4, run_cli
 from configs import base
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.runtime import metrics
 from gemma_grpo.model import model_loading
@@ -50,6 +51,7 @@ def test_weights_are_sharded_not_replicated(fsdp, tp):
   c.model.source = "random"
   c.model.random.num_heads, c.model.random.head_dim = 4, 16
   c.mesh.fsdp, c.mesh.tp = fsdp, tp
+  c = settings.from_config(c)
   mesh = mesh_lib.make_mesh(c.mesh)
   model = model_loading.build(c.model, mesh).model
   state = nnx.state(model)
@@ -66,8 +68,6 @@ def test_weights_are_sharded_not_replicated(fsdp, tp):
 
 
 def test_mesh_must_fill_the_devices():
-  c = base.get_config()
-  c.mesh.fsdp, c.mesh.tp = 3, 1
   with pytest.raises(errors.UserError, match="does not fill the 8 available devices"):
-    mesh_lib.make_mesh(c.mesh)
+    mesh_lib.make_mesh(settings.MeshSettings(fsdp=3, tp=1))
   assert jax.device_count() == 8

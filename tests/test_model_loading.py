@@ -1,18 +1,19 @@
 """Model sources, the Tunix config mapping, and the offline 270M end to end."""
 
+import dataclasses
 import json
 import pathlib
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
-import ml_collections
 import numpy as np
 import pytest
 
 from configs import base
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.model import model_loading
 
 # google/gemma-3-270m and google/gemma-3-1b-it config.json, the fields that matter.
@@ -81,10 +82,12 @@ def test_non_gemma3_layer_pattern_is_rejected():
     model_loading.tunix_config(hf, "float32")
 
 
+DEFAULT_MODEL = settings.from_config(base.get_config()).model
+ONE_AXIS = settings.MeshSettings(fsdp=-1, tp=1)
+
+
 def _model_config(source, cache_dir):
-  c = base.get_config().model
-  c.source, c.cache_dir = source, str(cache_dir)
-  return c
+  return dataclasses.replace(DEFAULT_MODEL, source=source, cache_dir=str(cache_dir))
 
 
 @pytest.mark.parametrize("source, needle", [
@@ -144,8 +147,7 @@ def test_offline_directory_is_a_complete_hf_checkpoint(offline_270m_dir):
 def offline_270m(offline_270m_dir):
   from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
-  mesh_config = ml_collections.ConfigDict(dict(fsdp=-1, tp=1))
-  mesh = mesh_lib.make_mesh(mesh_config)
+  mesh = mesh_lib.make_mesh(ONE_AXIS)
   c = _model_config(config_lib.OFFLINE_MODEL, "~/.cache/gemma_grpo")
   return model_loading.build(c, mesh), mesh
 
@@ -211,10 +213,9 @@ def test_bfloat16_products_keep_the_270m_log_probs_close(offline_270m):
 def test_matmul_dtype_is_set_on_the_built_model():
   from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
-  mesh = mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))
+  mesh = mesh_lib.make_mesh(ONE_AXIS)
   for name, attribute in (("float32", None), ("bfloat16", "bfloat16")):
-    c = base.get_config().model
-    c.source, c.matmul_dtype = "random", name
+    c = dataclasses.replace(DEFAULT_MODEL, source="random", matmul_dtype=name)
     assert model_loading.build(c, mesh).model.matmul_dtype == attribute
 
 
@@ -230,7 +231,7 @@ def test_gemma3_1b_builds_up_to_the_weights():
   abstract = nnx.eval_shape(lambda: gemma3.Gemma3(tunix_config, rngs=nnx.Rngs(0)))
   sizes = sum(x.size for x in jax.tree.leaves(nnx.state(abstract)))
   assert 0.99e9 < sizes < 1.01e9  # Gemma-3-1B
-  cluster = cluster_lib.cluster_config(c, mesh=None, workdir="/tmp/g1b", writer=None, stop_token_ids=[1, 106])
+  cluster = cluster_lib.cluster_config(settings.from_config(c), mesh=None, workdir="/tmp/g1b", writer=None, stop_token_ids=[1, 106])
   assert cluster.training_config.max_steps == 100
   rollout = cluster.rollout_config[next(iter(cluster.rollout_config))]
   assert rollout.kv_cache_size >= rollout.max_prompt_length + rollout.max_tokens_to_generate
@@ -338,9 +339,9 @@ def test_each_layout_loads_to_transformers_logits(hf_layouts, layout):
   passes a round trip, but not this."""
   from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
-  mesh = mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))
-  c = _model_config(str(hf_layouts / layout), hf_layouts)
-  c.dtype = "float32"  # bf16 files are upcast, as transformers' float32 load does
+  mesh = mesh_lib.make_mesh(ONE_AXIS)
+  # bf16 files are upcast, as transformers' float32 load does
+  c = dataclasses.replace(_model_config(str(hf_layouts / layout), hf_layouts), dtype="float32")
   loaded = model_loading.build(c, mesh)
   ids = [int(i) for i in np.random.RandomState(0).randint(0, 500, size=20)]
   ours = _logits(loaded.model, mesh, ids)
@@ -360,9 +361,8 @@ def test_multimodal_checkpoint_exports_its_text_model_unchanged(hf_layouts):
   from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
   layout = hf_layouts / "conditional_generation_sharded_bf16"
-  mesh = mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))
-  c = _model_config(str(layout), hf_layouts)
-  c.dtype = "float32"
+  mesh = mesh_lib.make_mesh(ONE_AXIS)
+  c = dataclasses.replace(_model_config(str(layout), hf_layouts), dtype="float32")
   exported = hf_layout.to_hf(lora.merged_params(model_loading.build(c, mesh).model, 1.0))
   original = {}
   for path in layout.glob("*.safetensors"):

@@ -11,6 +11,7 @@ from tunix.generate import tokenizer_adapter
 
 from conftest import device_mesh, run_cli, start_processes, wait_all
 from configs import tiny
+from gemma_grpo.config import settings
 from gemma_grpo.runtime import metrics
 from gemma_grpo.model import model_loading
 from gemma_grpo.rl.engine import multi_turn
@@ -203,7 +204,7 @@ def always_pause(cls, texts):
 
 
 def tool_engine(actor, prefix):
-  gemma_tokenizer = model_loading.build(tiny.get_config().model, device_mesh()).tokenizer
+  gemma_tokenizer = model_loading.build(settings.from_config(tiny.get_config()).model, device_mesh()).tokenizer
   return rollout.GroupedRollout(
       actor, ScriptedTokenizer(gemma_tokenizer, prefix), None, lora_scale=1.0,
       tool_runner=tools.ToolRunner(tools.BUILTIN_TOOLS), max_tool_calls=2)
@@ -284,7 +285,7 @@ def _rows(workdir):
 
 @pytest.fixture(scope="module")
 def calling_model(tmp_path_factory):
-  tokenizer_dir = model_loading.offline_270m_dir(tiny.get_config().model)
+  tokenizer_dir = model_loading.offline_270m_dir(settings.from_config(tiny.get_config()).model)
   return scripted_model.write(tmp_path_factory.mktemp("scripted") / "model", tokenizer_dir)
 
 

@@ -1,24 +1,26 @@
 """The optimizer (gemma_grpo/rl/run/optim.py)."""
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from gemma_grpo import config as config_lib
+from gemma_grpo.config import settings
 from gemma_grpo.rl.run import optim
 
 
 @pytest.fixture
 def tiny():
-  return config_lib.load("configs/tiny.py")
+  return settings.from_config(config_lib.load("configs/tiny.py"))
 
 
 def test_optimizer_warms_up_from_zero_then_decays(tiny):
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
 
-  tiny.optim.peak_lr, tiny.optim.warmup_fraction = 1e-3, 0.1
-  tx = optim.optimizer(tiny.optim, max_steps=100)
+  tx = optim.optimizer(dataclasses.replace(tiny.optim, peak_lr=1e-3, warmup_fraction=0.1),
+                       max_steps=100)
   params = {"w": jnp.ones(3)}
   state = tx.init(params)
   lrs = []
@@ -32,8 +34,7 @@ def test_optimizer_warms_up_from_zero_then_decays(tiny):
 
 
 def test_learning_rates_list_the_schedule_of_every_update(tiny):
-  c = tiny.optim
-  c.warmup_fraction, c.peak_lr, c.end_lr = 0.25, 1e-3, 0.0
+  c = dataclasses.replace(tiny.optim, warmup_fraction=0.25, peak_lr=1e-3, end_lr=0.0)
   rates = optim.learning_rates(c, 8)
   schedule = optim.learning_rate(c, 8)
   assert rates.shape == (8,)

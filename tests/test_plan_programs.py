@@ -15,6 +15,7 @@ from gemma_grpo.rl.learner import algorithms
 from gemma_grpo.rl.learner import batch_logps
 from gemma_grpo.rl.run import cluster as cluster_lib
 from gemma_grpo import config as config_lib
+from gemma_grpo.config import settings
 from gemma_grpo.tasks import data as data_lib
 from gemma_grpo.rl.learner import learner as learner_lib
 from gemma_grpo.model import lora
@@ -52,6 +53,7 @@ def test_plan_lowers_the_programs_that_training_runs(tmp_path, monkeypatch, over
     config_lib.override(c, key, str(value))
   c.train.max_steps = 1
   c.train.batch_size = 4  # 8 completions: the batch splits over the 8 devices
+  c = settings.from_config(c)
   mesh = device_mesh(fsdp=4, tp=2)
 
   builder = programs.Builder(c, mesh, screen_lm_head=c.rollout.screen_lm_head)
@@ -70,13 +72,13 @@ def test_plan_lowers_the_programs_that_training_runs(tmp_path, monkeypatch, over
           c, mesh, tmp_path, writer, tokenizer_lib.stop_token_ids(loaded.tokenizer)))
   learner = learner_lib.Learner(
       rl_cluster=cluster, algo_config=algorithms.algo_config(c.grpo),
-      reward_fns=rewards.from_config(c.rewards), rollout_seed=0,
+      reward_fns=rewards.from_settings(c.rewards), rollout_seed=0,
       sampler_logps=c.rollout.decode_dtype != "float32")
   trainer = cluster.actor_trainer
   with jax_mesh.tunix_mesh(mesh):
     trainer.jit_train_and_eval_step(cache_nnx_graph=True)
     example = sharding_utils.shard_input(
-        learner.example_like(config_lib.completions_per_train_step(c)), ("fsdp",))
+        learner.example_like(config_lib.completions_per_train_step(c.train, c.grpo.num_generations)), ("fsdp",))
     trained = {"update": tunix_trainer.jit_train_step(trainer).lower(
         trainer.model, trainer.optimizer, example).as_text()}
 

@@ -22,6 +22,7 @@ from conftest import LEARNING, REPO, run_cli, run_python, start_cli
 from gemma_grpo.runtime import checkpoints
 from gemma_grpo.runtime import endings
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.runtime import metrics
 from gemma_grpo.commands import train
 from gemma_grpo.runtime import workdir_lock
@@ -268,7 +269,7 @@ def test_hub_failures_are_user_errors(monkeypatch, tmp_path, kind, token, expect
   c = base.get_config()
   c.model.source, c.model.cache_dir = "hf:google/gemma-3-1b-it", str(tmp_path)
   with pytest.raises(errors.UserError) as e:
-    model_loading.resolve_dir(c.model)
+    model_loading.resolve_dir(settings.from_config(c).model)
   assert expected in str(e.value) and "\n" not in str(e.value)
   if token:
     assert token not in str(e.value)
@@ -286,6 +287,7 @@ def test_nothing_left_to_train_on_is_a_user_error(max_prompt_length, num_heldout
 
   c = config_lib.load("configs/tiny.py")
   c.data.num_heldout = num_heldout
+  c = settings.from_config(c)
   tokenizer = tokenizer_lib.load(model_loading.offline_270m_dir(c.model))
   with pytest.raises(errors.UserError, match=expected):
     data_lib.build_splits(c.data, tokenizer, max_prompt_length)

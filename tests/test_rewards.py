@@ -7,12 +7,13 @@ docstring; none is computed by the code under test.
 from concurrent import futures
 import inspect
 import math
+import types
 
 from hypothesis import HealthCheck, given, settings, strategies as st
-import ml_collections
 import pytest
 
 from gemma_grpo import errors
+from gemma_grpo.config import settings as settings_lib
 from gemma_grpo.tasks import answers
 from gemma_grpo.tasks import rewards
 
@@ -253,9 +254,8 @@ def test_build_reward_fns(preset, weights, expected):
   assert got == pytest.approx(expected, abs=1e-12)
 
 
-def test_weights_from_a_config_dict():
-  weights = ml_collections.ConfigDict({"number_match": 0.0,
-                                       "format_exact": None})
+def test_weights_from_the_read_only_mapping_the_settings_hold():
+  weights = types.MappingProxyType({"number_match": 0.0, "format_exact": None})
   fns = rewards.build_reward_fns("guarded", weights)
   assert [fn.__name__ for fn in fns] == [
       "format_exact", "format_approx", "answer_correct"]
@@ -434,10 +434,8 @@ def test_bad_custom_rewards_name_the_field(spec, needle):
   assert needle in str(e.value)
 
 
-def _rewards_section(**fields):
-  section = ml_collections.ConfigDict({"preset": "guarded", "custom": "", "weights": {}})
-  section.update(fields)
-  return section
+def _rewards_section(**fields) -> settings_lib.RewardSettings:
+  return settings_lib.RewardSettings(**{"preset": "guarded", "custom": "", "weights": {}, **fields})
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -445,16 +443,16 @@ def _rewards_section(**fields):
     ({"weights": {"format_exakt": 1.0}}, "rewards.weights.format_exakt: unknown reward function"),
     ({"custom": "no_colon"}, "rewards.custom: 'no_colon' is not 'module:function'"),
 ])
-def test_check_config_is_one_user_error_line(fields, message):
+def test_check_is_one_user_error_line(fields, message):
   with pytest.raises(errors.UserError) as e:
-    rewards.check_config(_rewards_section(**fields))
+    rewards.check(_rewards_section(**fields))
   assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
-def test_check_config_accepts_the_shipped_configs():
+def test_check_accepts_the_shipped_configs():
   from gemma_grpo import config  # pylint: disable=g-import-not-at-top
-  rewards.check_config(config.defaults().rewards)
-  rewards.check_config(config.load("configs/gemma3_270m_tools.py").rewards)
+  rewards.check(settings_lib.from_config(config.defaults()).rewards)
+  rewards.check(settings_lib.from_config(config.load("configs/gemma3_270m_tools.py")).rewards)
 
 
 # --- tool_errors: -0.25 per result that is an error --------------------------

@@ -12,6 +12,7 @@ from tunix.rl.rollout import base_rollout
 
 from conftest import device_mesh
 from configs import tiny
+from gemma_grpo.config import settings
 from gemma_grpo.rl.engine import decode_layers
 from gemma_grpo.rl.engine import lm_head_screen
 from gemma_grpo.rl.learner import logprobs
@@ -32,6 +33,7 @@ def build(mesh, **random_overrides):
   c = tiny.get_config()
   for key, value in random_overrides.items():
     c.model.random[key] = value
+  c = settings.from_config(c)
   loaded = model_loading.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
   # Qwix starts B at zero; random adapters make the merge matter.
@@ -41,7 +43,7 @@ def build(mesh, **random_overrides):
   nnx.update(actor, jax.tree.unflatten(
       treedef, [jnp.asarray(0.3 * rng.normal(size=x.shape), x.dtype) for x in leaves]))
   tokenizer = tokenizer_adapter.TokenizerAdapter(loaded.tokenizer)
-  engine = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=c.lora.alpha / c.lora.rank)
+  engine = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=c.lora.scale)
   return actor, tokenizer, engine
 
 

@@ -9,6 +9,7 @@ from conftest import run_cli
 from gemma_grpo.runtime import checkpoints
 from gemma_grpo.tasks import data
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.runtime import guards
 from gemma_grpo.runtime import metrics
 from gemma_grpo.model import policy as policy_lib
@@ -108,6 +109,7 @@ def test_grpo_starts_from_the_merged_sft_policy(sft_run, tmp_path):
   c = config_lib.load("configs/tiny.py")
   c.model.init_lora_from = str(sft_run)
   c.mesh.fsdp = 8
+  c = settings.from_config(c)
   mesh = mesh_lib.make_mesh(c.mesh)
   merged = policy_lib.load_base(c.model, mesh).model
   sft_policy = policy_lib.restore(sft_run, mesh).actor

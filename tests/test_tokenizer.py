@@ -5,6 +5,7 @@ import pytest
 from conftest import FORK, REPO, run_python
 from configs import base
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.model import model_loading
 from gemma_grpo.model import tokenizer as tokenizer_lib
 
@@ -17,7 +18,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def offline_270m_dir():
-  return model_loading.offline_270m_dir(base.get_config().model)
+  return model_loading.offline_270m_dir(settings.from_config(base.get_config()).model)
 
 
 @pytest.fixture(scope="module")

@@ -2,22 +2,21 @@
 example, and tool results kept in the sequence but out of the loss.
 """
 
+import dataclasses
+
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
 from configs import base
+from gemma_grpo.config import settings
 from gemma_grpo.rl.learner import algorithms
 from gemma_grpo.rl.learner import losses
 from gemma_grpo.rl.learner import train_examples
 
 
-def grpo_section(**overrides) -> ml_collections.ConfigDict:
-  c = base.get_config().grpo
-  with c.unlocked():
-    c.update(overrides)
-  return c
+def grpo_section(**overrides) -> settings.AlgorithmSettings:
+  return dataclasses.replace(settings.from_config(base.get_config()).grpo, **overrides)
 
 
 # --- which log-probs the ratio and TIS's weight divide by ---------------------

@@ -12,6 +12,7 @@ from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.model import model_loading
 from gemma_grpo.sft import sft
 from gemma_grpo.rl.run import trainers
+from gemma_grpo.config import settings
 
 
 def frozen(model):
@@ -27,6 +28,7 @@ def one_step(trainer_class):
   c.model.source = "random"
   c.model.random.num_heads, c.model.random.head_dim = 4, 16
   c.lora.rank, c.lora.alpha = 4, 8.0
+  c = settings.from_config(c)
   mesh = mesh_lib.make_mesh(c.mesh)
   with jax.set_mesh(mesh):
     actor = lora.apply(model_loading.build(c.model, mesh).model, c.lora, mesh)

@@ -102,18 +102,19 @@ def _has(program: str) -> bool:
 
 
 def _mesh():
-  import ml_collections  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.config import settings  # pylint: disable=g-import-not-at-top
   from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
 
-  return mesh_lib.make_mesh(ml_collections.ConfigDict(dict(fsdp=-1, tp=1)))
+  return mesh_lib.make_mesh(settings.MeshSettings(fsdp=-1, tp=1))
 
 
 def _model_config(source: str, dtype: str):
+  import dataclasses  # pylint: disable=g-import-not-at-top
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.config import settings  # pylint: disable=g-import-not-at-top
 
-  c = config_lib.defaults().model
-  c.source, c.dtype = source, dtype
-  return c
+  model = settings.from_config(config_lib.defaults()).model
+  return dataclasses.replace(model, source=source, dtype=dtype)
 
 
 def part_forward(args) -> dict:
@@ -167,12 +168,13 @@ def part_loss(args) -> dict:
   import optax  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.config import settings  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
   from gemma_grpo.rl.learner import losses  # pylint: disable=g-import-not-at-top
 
   ckpt = checkpoint.write(pathlib.Path(args.work) / "ckpt_tiny", "tiny")
-  c = config_lib.load(str(REPO / "configs" / "tiny.py"))
+  c = settings.from_config(config_lib.load(str(REPO / "configs" / "tiny.py")))
   mesh = _mesh()
   actor = lora.apply(model_loading.build(_model_config(str(ckpt), "float32"), mesh).model, c.lora, mesh)
   rng = np.random.default_rng(2)
@@ -241,18 +243,19 @@ def part_engine(args) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
   from gemma_grpo import config as config_lib  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.config import settings  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
   from gemma_grpo.rl.engine import rollout as rollout_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.seam import jax_mesh  # pylint: disable=g-import-not-at-top
 
   w = _workload(args)
-  c = config_lib.load(str(REPO / "configs" / "gemma3_1b.py"))
+  c = settings.from_config(config_lib.load(str(REPO / "configs" / "gemma3_1b.py")))
   ckpt = checkpoint.write(pathlib.Path(args.work) / f"ckpt_{args.shapes}", args.shapes)
   mesh = _mesh()
   loaded = model_loading.build(_model_config(str(ckpt), c.model.dtype), mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
-  engine = rollout_lib.GroupedRollout(actor, loaded.tokenizer, mesh, lora_scale=c.lora.alpha / c.lora.rank,
+  engine = rollout_lib.GroupedRollout(actor, loaded.tokenizer, mesh, lora_scale=c.lora.scale,
                                       decode_dtype=c.rollout.decode_dtype,
                                       screen_lm_head=c.rollout.screen_lm_head)
   texts = [text for _, text in _synthetic_questions(loaded.tokenizer, w["prompts"], w["prompt_tokens"], 0)

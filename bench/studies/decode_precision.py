@@ -142,6 +142,7 @@ def greedy_agreement(actor, tokenizer, mesh, smoke: bool, variants: dict | None 
   with each decode dtype. bench/matmul_precision.py passes its own.
   """
   from configs import gemma3_270m_accuracy  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.config import settings  # pylint: disable=g-import-not-at-top
   from gemma_grpo.tasks import data as data_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.rl.eval import generation  # pylint: disable=g-import-not-at-top
   from gemma_grpo.rl.eval import scoring  # pylint: disable=g-import-not-at-top
@@ -151,7 +152,8 @@ def greedy_agreement(actor, tokenizer, mesh, smoke: bool, variants: dict | None 
   c = gemma3_270m_accuracy.get_config()
   if smoke:
     c.data.num_heldout, c.eval.max_new_tokens = 8, 8
-  problems = data_lib.build_splits(c.data, tokenizer, c.rollout.max_prompt_length).heldout
+  data = settings.from_config(c).data
+  problems = data_lib.build_splits(data, tokenizer, c.rollout.max_prompt_length).heldout
   out = {}
   for d in DTYPES:
     policy, decode_dtype = variants[d]
@@ -186,11 +188,12 @@ def draw_batches(engine, tokenizer, mesh, c, steps: int):
   import numpy as np  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
+  from gemma_grpo.config import settings  # pylint: disable=g-import-not-at-top
   from gemma_grpo.tasks import data as data_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
   r, g = c.rollout, c.grpo.num_generations
-  train = data_lib.build_splits(c.data, tokenizer, r.max_prompt_length).train
+  train = data_lib.build_splits(settings.from_config(c).data, tokenizer, r.max_prompt_length).train
   for step in range(steps):
     batch = train[step * c.train.batch_size:(step + 1) * c.train.batch_size]
     texts = [p.prompt for p in batch for _ in range(g)]

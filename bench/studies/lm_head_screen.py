@@ -46,11 +46,12 @@ def policy(smoke: bool):
   if not smoke:
     return rollout_bench.build_policy(common.offline_270m_dir())
   from configs import tiny  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.config import settings  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import lora  # pylint: disable=g-import-not-at-top
   from gemma_grpo.runtime import mesh as mesh_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.model import model_loading  # pylint: disable=g-import-not-at-top
 
-  c = tiny.get_config()
+  c = settings.from_config(tiny.get_config())
   mesh = mesh_lib.make_mesh(c.mesh)
   loaded = model_loading.build(c.model, mesh)
   return lora.apply(loaded.model, c.lora, mesh), loaded.tokenizer, mesh

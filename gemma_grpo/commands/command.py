@@ -26,6 +26,7 @@ import ml_collections
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo import storage
+from gemma_grpo.config import settings
 from gemma_grpo.runtime import distributed
 from gemma_grpo.runtime import metrics as metrics_lib
 from gemma_grpo.runtime import workdir_lock
@@ -71,7 +72,7 @@ def main(argv: list[str] | None, *, prog: str, doc: str,
     if leftover:
       parser.error(f"unrecognized arguments: {' '.join(leftover)}")
     config_lib.validate(c)
-    rewards.check_config(c.rewards)
+    rewards.check(settings.RewardSettings.from_config(c.rewards))
     distributed.initialize(rank)
     metrics_lib.configure_logging()
     with distributed.failures_reported():

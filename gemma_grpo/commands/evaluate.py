@@ -28,6 +28,7 @@ import sys
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo.config import settings as settings_lib
 from gemma_grpo import storage
 from gemma_grpo.runtime import distributed
 
@@ -100,21 +101,23 @@ def main(argv: list[str] | None = None) -> int:
       args.workdir, c = str(latest), None
       print(f"evaluating the most recent run, {latest} (pass --workdir, --model or"
             " --config to choose another), against its base model", flush=True)
-    target, c = targets.choose(c, overrides, workdir=args.workdir, step=args.step,
-                                    model=args.model)
+    target, c = _choose(c, overrides, workdir=args.workdir, step=args.step, model=args.model)
     if picked and target.workdir is not None and not args.compare:
       args.compare = c.model.source
-    args.data = args.data or problem_sets.default_data(c.data)
+    with c.unlocked():  # resolved into the config, so the one eval.json saves is the one used
+      c.eval.max_new_tokens = args.max_new_tokens or c.eval.max_new_tokens
+      c.eval.batch_size = args.batch_size or c.eval.batch_size
+    s = settings_lib.from_config(c)
+    args.data = args.data or problem_sets.default_data(s.data)
     if args.split is not None and args.data != "gsm8k":
       raise errors.UserError(f"--split {args.split}: only for --data gsm8k (a hub dataset)")
     decoding = evaluation.decoding(
-        c, num_samples=args.num_samples, temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, seed=args.seed, max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size)
-    problems, data_info = problem_sets.load_problems(args.data, c.data, split=args.split,
+        s.rollout, num_samples=args.num_samples, max_new_tokens=s.eval.max_new_tokens,
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+    problems, data_info = problem_sets.load_problems(args.data, s.data, split=args.split,
                                                   num_test=args.num_test)
-    plan = evaluation.plan(c, problems, data_info, decoding, args.num_samples)
-    base_report, baseline = targets.baseline(args.compare, c) if args.compare else (None, None)
+    plan = evaluation.plan(s, problems, data_info, decoding, args.num_samples)
+    base_report, baseline = _baseline(args.compare, c) if args.compare else (None, None)
     reason = evaluation.contaminated(target, plan)
     if reason:
       _warn_contaminated(reason)
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     distributed.initialize(distributed.resolve_rank(args))
     metrics_lib.configure_logging()
     with distributed.failures_reported():
-      result = evaluation.run(target, c, plan, out, baseline=baseline)
+      result = evaluation.run(target, s, plan, out, baseline=baseline)
     distributed.finish(0)
     if not distributed.is_chief():
       return 0
@@ -149,6 +152,55 @@ def main(argv: list[str] | None = None) -> int:
   if reason:
     _warn_contaminated(reason)
   return 0
+
+
+def _choose(c, overrides: list[str], *, workdir: str | None, step: int | None,
+            model: str | None):
+  """The Target and the config it is evaluated with, overrides applied.
+
+  A work directory brings its own config (`c` is None then); otherwise `c`
+  is the loaded config file, its model.source replaced by `model` if given.
+  """
+  from gemma_grpo.rl.eval import targets  # pylint: disable=g-import-not-at-top
+
+  if workdir:
+    target = targets.workdir_target(workdir, step)
+    c = config_lib.load_saved(target.workdir / "config.json")
+    fixed = [o for o in overrides if o.startswith(("--config.model.", "--config.lora."))]
+    if fixed:
+      raise errors.UserError(
+          f"{fixed[0].split('=')[0]}: the model of a work directory comes from its"
+          " config.json; only eval, rollout, rewards and mesh keys can be overridden")
+  rest = config_lib.apply_overrides(c, overrides)
+  if rest:
+    raise errors.UserError(f"unrecognized arguments: {' '.join(rest)}")
+  if not workdir:
+    if model:
+      with c.unlocked():
+        c.model.source = model
+    target = targets.Target(c.model.source)
+  return target, c
+
+
+def _baseline(x: str, c):
+  """(eval.json report, None) or (None, (Target, its settings)) for --compare X."""
+  from gemma_grpo.rl.eval import reports, scoring, targets  # pylint: disable=g-import-not-at-top
+
+  path = pathlib.Path(x).expanduser()
+  if reports.is_report(path):
+    return reports.read_report(path), None
+  if path.is_dir() and (path / "checkpoints").is_dir():
+    target = targets.workdir_target(x, None, flag="--compare")
+    saved = config_lib.load_saved(target.workdir / "config.json")
+    return None, (target, settings_lib.from_config(saved))
+  if targets.is_model_source(x):
+    base = c.copy_and_resolve_references()
+    with base.unlocked():
+      base.model.source = x
+    return None, (targets.Target(x), settings_lib.from_config(base))
+  raise errors.UserError(
+      f"--compare {x}: neither an eval output directory (with {scoring.SUMMARY_FILE}),"
+      " a work directory nor a model source (gguf:, hf:, random, an HF directory)")
 
 
 def _warn_contaminated(reason: str) -> None:

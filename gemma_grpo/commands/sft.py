@@ -24,6 +24,7 @@ import sys
 import ml_collections
 
 from gemma_grpo.commands import command
+from gemma_grpo.config import settings
 
 def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   """Runs supervised LoRA training on a validated config; returns the exit code."""
@@ -31,7 +32,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   from gemma_grpo.sft import sft as sft_lib  # pylint: disable=g-import-not-at-top
 
   command.freeze_loaded_modules()
-  return sft_lib.sft(c, workdir)
+  return sft_lib.sft(settings.from_config(c), workdir)
 
 
 def main(argv: list[str] | None = None) -> int:

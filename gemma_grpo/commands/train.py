@@ -19,6 +19,7 @@ import sys
 import ml_collections
 
 from gemma_grpo.commands import command
+from gemma_grpo.config import settings
 
 def train(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> int:
   """Trains a validated config until `c.train.max_steps`; returns the exit code."""
@@ -26,7 +27,7 @@ def train(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> int:
   from gemma_grpo.rl.run import training_run  # pylint: disable=g-import-not-at-top
 
   command.freeze_loaded_modules()
-  return training_run.train(c, workdir)
+  return training_run.train(settings.from_config(c), workdir)
 
 
 def main(argv: list[str] | None = None) -> int:

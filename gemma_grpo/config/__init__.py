@@ -1,4 +1,4 @@
-"""Configs: the defaults, loading a config file, `--config.a.b=v` overrides, validation.
+"""Configs: the defaults, loading a config file, `--config.a.b=v` overrides, validation, settings.
 
 Data only: nothing here imports the trainer (tests/test_architecture.py), so
 a bad flag fails before JAX starts. The modules, one job each:
@@ -10,6 +10,7 @@ a bad flag fails before JAX starts. The modules, one job each:
   overrides      --config.a.b=value
   validation     every problem at once, one line each
   derived        quantities a config implies (updates per batch, mesh shape)
+  settings       a validated config as frozen per-concern dataclasses, for the library
 """
 
 from gemma_grpo.config.choices import ALGORITHMS

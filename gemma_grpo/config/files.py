@@ -93,9 +93,14 @@ def _first_line(e: BaseException) -> str:
   return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}{hint}"
 
 
+def as_json(c: ml_collections.ConfigDict) -> str:
+  """The text of a run's config.json: the resolved config (no secrets live in configs)."""
+  return c.to_json_best_effort(indent=2) + "\n"
+
+
 def save(c: ml_collections.ConfigDict, path: str | os.PathLike) -> None:
-  """Writes the resolved config beside the run (no secrets live in configs)."""
-  storage.write_text(storage.path(path), c.to_json_best_effort(indent=2) + "\n")
+  """Writes the resolved config beside the run."""
+  storage.write_text(storage.path(path), as_json(c))
 
 
 def frozen(value):

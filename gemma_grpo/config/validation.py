@@ -5,7 +5,7 @@ section returns that section's problems; `validate` joins them. Every key's
 type and range are checked whether or not the feature it belongs to is on
 (tools, a random model, dynamic sampling), so a bad value fails the command
 that has it, not a later one that turns the feature on. The rewards
-section is checked by gemma_grpo.tasks.rewards.check_config, which knows the
+section is checked by gemma_grpo.tasks.rewards.check, which knows the
 reward functions (this package imports nothing of the trainer).
 """
 
@@ -172,7 +172,7 @@ def _batching_problems(c: ml_collections.ConfigDict) -> list[str]:
   mini = t.mini_batch_size or t.batch_size
   _check(p, t.mini_batch_size >= 0 and t.batch_size >= 1 and t.batch_size % mini == 0,
          f"train.mini_batch_size={t.mini_batch_size}: must divide train.batch_size={t.batch_size} (0 = the whole batch)")
-  updates = derived.updates_per_batch(c) if mini >= 1 and t.batch_size % mini == 0 else 1
+  updates = derived.updates_per_batch(c.train, c.grpo.num_iterations) if mini >= 1 and t.batch_size % mini == 0 else 1
   if updates > 1:
     # Steps count updates; a checkpoint inside a batch could not be resumed exactly.
     why = " x ".join(part for part in (
@@ -304,7 +304,7 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
 
   With `num_devices` the mesh is checked against them too; without it,
   everything that needs no device is (so a bad flag fails before JAX starts). The rewards
-  section is gemma_grpo.tasks.rewards.check_config's to check.
+  section is gemma_grpo.tasks.rewards.check's to check.
   """
   p: list[str] = _type_problems(c)
   if p:  # range checks on wrongly typed values would only add noise

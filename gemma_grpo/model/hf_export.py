@@ -226,7 +226,7 @@ def export_gguf(policy, workdir: pathlib.Path, out_dir: pathlib.Path, *,
       out_dir / export_formats.GGUF_FILE, tensors, config.to_dict(),
       gguf_vocabulary(pathlib.Path(policy.loaded.tokenizer_dir)),
       tensor_type=tensor_type,
-      name=f"{model_card.base_model_id(policy.config.model.source) or 'gemma-3'} GRPO step {policy.step}",
+      name=f"{model_card.base_model_id(policy.settings.model.source) or 'gemma-3'} GRPO step {policy.step}",
       chat_template=prompts.CHAT_TEMPLATE,
   )
   (out_dir / "README.md").write_text(model_card.write(policy, workdir, "gguf", tensor_type))

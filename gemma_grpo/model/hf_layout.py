@@ -81,15 +81,14 @@ def _tensor_order(hf: str) -> tuple:
 
 def merged_tensors(policy) -> dict[str, np.ndarray]:
   """The policy's text model, LoRA merged, float32, HF names and layouts."""
-  c = policy.config.lora
-  return to_hf(lora.merged_params(policy.actor, c.alpha / c.rank))
+  return to_hf(lora.merged_params(policy.actor, policy.settings.lora.scale))
 
 
 def _base_hf_config(policy) -> dict:
   """The HF text config the run's base model was built from."""
   model_dir = policy.loaded.model_dir
   if model_dir is None:
-    return model_loading.random_hf_config(policy.config.model.random)
+    return model_loading.random_hf_config(policy.settings.model.random)
   return dict(model_loading.text_config(pathlib.Path(model_dir)))
 
 

@@ -17,11 +17,11 @@ import threading
 from flax import nnx
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import qwix
 
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.runtime import mesh as mesh_lib
 from gemma_grpo.seam import qwix_lora
 
@@ -103,7 +103,7 @@ def num_lora_params(model) -> int:
   return sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.LoRAParam)))
 
 
-def apply(base, c: ml_collections.ConfigDict, mesh):
+def apply(base, s: settings.LoraSettings, mesh):
   """The LoRA policy for `base`, sharded on `mesh`.
 
   Qwix returns a clone of the base model with adapters. The frozen base weights
@@ -112,10 +112,10 @@ def apply(base, c: ml_collections.ConfigDict, mesh):
   """
 
   with jax.set_mesh(mesh):
-    return with_adapters(base, c, mesh)
+    return with_adapters(base, s, mesh)
 
 
-def with_adapters(base, c: ml_collections.ConfigDict, mesh):
+def with_adapters(base, s: settings.LoraSettings, mesh):
   """`apply`'s work inside a mesh context the caller holds.
 
   Traceable: `gemma-grpo plan` runs it under `nnx.eval_shape` to build the
@@ -123,18 +123,18 @@ def with_adapters(base, c: ml_collections.ConfigDict, mesh):
   """
 
   provider = qwix.LoraProvider(
-      module_path=f".*({c.targets})", rank=c.rank, alpha=c.alpha
+      module_path=f".*({s.targets})", rank=s.rank, alpha=s.alpha
   )
   keep_interception_installed(type(provider))
-  actor = _add_adapters(base, provider, nnx.Rngs(c.seed), mesh)
+  actor = _add_adapters(base, provider, nnx.Rngs(s.seed), mesh)
   actor = mesh_lib.shard_model(actor, mesh)
   if num_lora_params(actor) == 0:
     raise errors.UserError(
-        f"lora.targets={c.targets!r} matched no module of this model"
+        f"lora.targets={s.targets!r} matched no module of this model"
     )
   share_frozen_weights(source=actor, target=base)
   # Qwix's update scale, for the feed-forward that gemma3_rl runs itself.
-  actor.lora_scale = c.alpha / c.rank
+  actor.lora_scale = s.scale
   return actor
 
 

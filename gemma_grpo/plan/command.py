@@ -22,6 +22,7 @@ import sys
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.plan import chips
 from gemma_grpo.tasks import rewards
 
@@ -69,15 +70,16 @@ def main(argv: list[str] | None = None) -> int:
     if leftover:
       raise errors.UserError(f"unrecognized arguments: {' '.join(leftover)}")
     config_lib.validate(c)
-    rewards.check_config(c.rewards)
+    s = settings.from_config(c)
+    rewards.check(s.rewards)
     topology = _topology(args)
     if c.rollout.engine != "grouped":
       raise errors.UserError("rollout.engine: plan compiles the grouped engine's programs;"
                              " set --config.rollout.engine=grouped")
-    return _run(c, topology, args)
+    return _run(s, topology, args)
 
 
-def _run(c, topology, args) -> int:
+def _run(c: settings.Settings, topology, args) -> int:
   # JAX and the compiler load only now, once the input is known to be good.
   import jax  # pylint: disable=g-import-not-at-top
 

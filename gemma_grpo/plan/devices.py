@@ -7,9 +7,9 @@ NVIDIA one through the CUDA plugin's compiler, each given the slice's shape.
 from __future__ import annotations
 
 import jax
-import ml_collections
 import numpy as np
 
+from gemma_grpo.config import settings
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo.runtime import mesh as mesh_lib
@@ -40,7 +40,7 @@ def for_topology(t: chips.Topology) -> list:
         f"--topology {t.name}: JAX could not describe this slice ({cause}); {fix}") from None
 
 
-def mesh_for(c: ml_collections.ConfigDict, devices: list):
+def mesh_for(c: settings.MeshSettings, devices: list):
   """The config's (fsdp, tp) mesh over `devices`, with Auto axes as in training."""
   shape = config_lib.mesh_shape(c, len(devices))
   return jax.make_mesh(shape, mesh_lib.AXES,

@@ -16,8 +16,8 @@ import time
 
 from flax import nnx
 import jax
-import ml_collections
 
+from gemma_grpo.config import settings
 from gemma_grpo.plan import analysis
 from gemma_grpo.plan import chips
 from gemma_grpo.plan import programs as programs_lib
@@ -147,7 +147,7 @@ def _compile(name: str, lowered, chip: chips.Chip):
     raise
 
 
-def plan(c: ml_collections.ConfigDict, topology: chips.Topology, devices: list, mesh,
+def plan(c: settings.Settings, topology: chips.Topology, devices: list, mesh,
          *, screen_lm_head: str, log=print) -> Plan:
   """Builds, compiles and analyses the four programs of `c`'s step on `mesh`."""
   start = time.perf_counter()
@@ -193,9 +193,9 @@ def overflow(result: Plan) -> DoesNotFit | None:
   return DoesNotFit(worst, result.step_peak_bytes(worst), result.chip.hbm_bytes)
 
 
-def _with_reference(c: ml_collections.ConfigDict) -> bool:
+def _with_reference(c: settings.Settings) -> bool:
   return bool(c.grpo.beta) or c.grpo.log_kl
 
 
-def _describe(c: ml_collections.ConfigDict) -> str:
+def _describe(c: settings.Settings) -> str:
   return shapes.describe(c)

@@ -18,11 +18,11 @@ import dataclasses
 from flax import nnx
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.sft import sharding_utils
 
+from gemma_grpo.config import settings
 from gemma_grpo import config as config_lib
 from gemma_grpo.plan import shapes
 from gemma_grpo.rl.engine import rollout as rollout_lib
@@ -77,14 +77,14 @@ class Workload:
   decode_tokens: int
 
 
-def workload(c: ml_collections.ConfigDict) -> Workload:
+def workload(c: settings.Settings) -> Workload:
   t = c.train
   mini = t.mini_batch_size or t.batch_size
   micro = t.micro_batch_size or mini
   return Workload(
       rows=t.batch_size * c.grpo.num_generations,
-      update_rows=config_lib.completions_per_train_step(c),
-      update_calls=config_lib.updates_per_batch(c) * (mini // micro),
+      update_rows=config_lib.completions_per_train_step(t, c.grpo.num_generations),
+      update_calls=config_lib.updates_per_batch(t, c.grpo.num_iterations) * (mini // micro),
       decode_tokens=max(c.rollout.max_new_tokens - 1, 0),
   )
 
@@ -104,16 +104,16 @@ def _unplaced(shape, dtype) -> jax.ShapeDtypeStruct:
 class Builder:
   """Builds the trainer's objects for config `c` on `mesh` and lowers its programs."""
 
-  def __init__(self, c: ml_collections.ConfigDict, mesh, *, screen_lm_head: str):
+  def __init__(self, c: settings.Settings, mesh, *, screen_lm_head: str):
     self.c, self.mesh = c, mesh
     self.reference_model, self.actor = shapes.build(c, mesh)
     self.ids = GemmaIds()
     self.work = workload(c)
     self.algo = algorithms.algo_config(c.grpo)
     self.engine = rollout_lib.GroupedRollout(
-        self.actor, self.ids, mesh, lora_scale=c.lora.alpha / c.lora.rank,
+        self.actor, self.ids, mesh, lora_scale=c.lora.scale,
         decode_dtype=c.rollout.decode_dtype, screen_lm_head=screen_lm_head)
-    self.rollout_config = cluster_lib.rollout_configs(c, self._stop_ids())[rl_cluster_lib.Mode.TRAIN]
+    self.rollout_config = cluster_lib.rollout_configs(c.rollout, c.eval.max_new_tokens, self._stop_ids())[rl_cluster_lib.Mode.TRAIN]
     # As Tunix's GRPOLearner sets it: log-probs are of the sampling distribution.
     self.algo.temperature = self.rollout_config.temperature
 
@@ -136,7 +136,7 @@ class Builder:
     example = train_examples.train_example_like(
         self.work.update_rows, prompt_width=c.rollout.max_prompt_length,
         completion_width=c.rollout.max_new_tokens, pad=self.ids.pad_id(),
-        **train_examples.example_columns(c))
+        **train_examples.example_columns(c.grpo, c.train, c.rollout.decode_dtype))
     example = jax.tree.map(lambda x: _data_sharded(jax.ShapeDtypeStruct(x.shape, x.dtype), self.mesh),
                            example)
     with jax_mesh.tunix_mesh(self.mesh):
@@ -158,7 +158,7 @@ class Builder:
 
   def _settings(self):
     """(sampling, with_logps, screen width) of a training rollout (GroupedRollout.settings)."""
-    return self.engine.settings(self.rollout_config, train_examples.wants_sampler_logps(self.c))
+    return self.engine.settings(self.rollout_config, train_examples.wants_sampler_logps(self.c.rollout.decode_dtype, self.c.grpo.tis_cap))
 
   def prefill(self) -> jax.stages.Lowered:
     c = self.c

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import ml_collections
 
+from gemma_grpo.config import settings
 from gemma_grpo.plan import planner
 
 GIB = 2**30
@@ -13,7 +13,7 @@ def _gib(n: float) -> str:
   return f"{n / GIB:.2f}"
 
 
-def render(p: planner.Plan, c: ml_collections.ConfigDict) -> str:
+def render(p: planner.Plan, c: settings.Settings) -> str:
   chip = p.chip
   lines = [
       f"{p.model}",

@@ -14,8 +14,8 @@ import re
 
 from flax import nnx
 import jax
-import ml_collections
 
+from gemma_grpo.config import settings
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo.model import gemma3_rl
@@ -52,7 +52,7 @@ _GEMMA3 = {
 _HUB_NAME = re.compile(r"hf:google/gemma-3-(270m|1b|4b|12b|27b)(-it|-pt)?")
 
 
-def text_config(c: ml_collections.ConfigDict) -> dict:
+def text_config(c: settings.ModelSettings) -> dict:
   """The HF text config that `c.source` (the `model` section) would load."""
   source = c.source
   if source == "random":
@@ -71,7 +71,7 @@ def text_config(c: ml_collections.ConfigDict) -> dict:
       " model pass a local directory holding its config.json (no weights needed)")
 
 
-def build(c: ml_collections.ConfigDict, mesh):
+def build(c: settings.Settings, mesh):
   """(reference, policy): the base model and its LoRA policy as abstract models on `mesh`.
 
   `c` is the whole config. Leaves are ShapeDtypeStructs sharded as in training.
@@ -137,7 +137,7 @@ def with_host_adapters(module):
   return nnx.merge(graphdef, lora_state, rest)
 
 
-def describe(c: ml_collections.ConfigDict) -> str:
+def describe(c: settings.Settings) -> str:
   """One line naming the model's size, e.g. for the report's header."""
   t = text_config(c.model)
   return (f"{c.model.source}: {t['num_hidden_layers']} layers, width {t['hidden_size']},"

@@ -30,6 +30,7 @@ from tunix.sft import checkpoint_manager
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo import storage
 
 RUN_FILE = "run.json"
@@ -259,27 +260,31 @@ def check_fits(workdir: storage.PathLike, saved: Readable, actor) -> None:
 # --- What a work directory's checkpoints belong to ---------------------------
 
 
-def identity(c, model_shape: dict[str, int] | None = None) -> dict[str, Any]:
+def identity(model: settings.ModelSettings, lora: settings.LoraSettings, algorithm: str,
+             model_shape: dict[str, int] | None = None) -> dict[str, Any]:
   """The settings a checkpoint is only valid with, as `field -> value`.
 
   Fields are config keys where there is one, so a mismatch can be reported
-  with the exact override that fixes it.
+  with the exact override that fixes it; `algorithm` is grpo.algorithm.
   """
   ident = {
-      "model.source": c.model.source,
-      "model.init_lora_from": c.model.init_lora_from,
-      "lora.rank": c.lora.rank,
-      "lora.alpha": c.lora.alpha,
-      "lora.targets": c.lora.targets,
-      "grpo.algorithm": c.grpo.algorithm,
+      "model.source": model.source,
+      "model.init_lora_from": model.init_lora_from,
+      "lora.rank": lora.rank,
+      "lora.alpha": lora.alpha,
+      "lora.targets": lora.targets,
+      "grpo.algorithm": algorithm,
   }
-  if c.model.source == "random":
+  if model.source == "random":
     # Random weights are defined by these; a different seed is a different model.
-    for key, value in c.model.random.items():
+    for key, value in sorted(dataclasses.asdict(model.random).items()):
       ident[f"model.random.{key}"] = value
-  for key, value in (model_shape or {}).items():
-    ident[f"model shape {key}"] = value
-  return ident
+  return with_model_shape(ident, model_shape or {})
+
+
+def with_model_shape(ident: dict[str, Any], shape: dict[str, int]) -> dict[str, Any]:
+  """`ident` with the loaded model's dimensions (model_shape) added."""
+  return {**ident, **{f"model shape {key}": value for key, value in shape.items()}}
 
 
 def model_shape(model) -> dict[str, int]:
@@ -303,7 +308,8 @@ def saved_identity(workdir: storage.PathLike) -> dict[str, Any] | None:
           " checkpoints as they are, or use a new --workdir"
       ) from None
   if (workdir / "config.json").is_file():  # a work directory from before run.json
-    return identity(config_lib.load_saved(workdir / "config.json"))
+    saved = settings.from_config(config_lib.load_saved(workdir / "config.json"))
+    return identity(saved.model, saved.lora, saved.grpo.algorithm)
   return None
 
 
@@ -358,23 +364,25 @@ class Resume:
     return self.readable.step if self.readable is not None else None
 
 
-def examine(workdir: storage.PathLike, c, *, move: bool) -> Resume:
+def examine(workdir: storage.PathLike, ident: dict[str, Any], *, move: bool) -> Resume:
   """The checks that need no model: whose checkpoints these are, which one reads.
 
-  Raises UserError for checkpoints of another run or none readable; `move`
-  sets unreadable newer steps aside (one process of a run does it).
+  `ident` is this run's `identity`, without the model's shape. Raises
+  UserError for checkpoints of another run or none readable; `move` sets
+  unreadable newer steps aside (one process of a run does it).
   """
-  saved = check_identity(workdir, identity(c))
+  saved = check_identity(workdir, ident)
   return Resume(saved, set_aside_unreadable(workdir, move=move))
 
 
-def claim(workdir: storage.PathLike, found: Resume, c, model, actor, *, write: bool) -> None:
+def claim(workdir: storage.PathLike, found: Resume, ident: dict[str, Any], model, actor, *,
+          write: bool) -> None:
   """The checks that need the model, then run.json names this run's checkpoints.
 
   `found` is what `examine` read: nothing is read again. `write` on one
   process of a run.
   """
-  ident = identity(c, model_shape(model))
+  ident = with_model_shape(ident, model_shape(model))
   if found.saved_identity is not None:  # its config fields were compared by examine
     compare_identity(workdir, found.saved_identity, ident)
   if found.readable is not None:

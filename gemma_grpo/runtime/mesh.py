@@ -7,31 +7,31 @@ import os
 from absl import logging
 from flax import nnx
 import jax
-import ml_collections
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 
 AXES = ("fsdp", "tp")
 
 
-def make_mesh(c: ml_collections.ConfigDict):
-  """A mesh of every device, shaped (c.fsdp, c.tp), with Auto axis types.
+def make_mesh(mesh: settings.MeshSettings):
+  """A mesh of every device, shaped (mesh.fsdp, mesh.tp), with Auto axis types.
 
   Tunix shards with `with_sharding_constraint` under the mesh, which needs Auto
   axes; jax 0.10 defaults to Explicit.
   """
 
-  shape = config_lib.mesh_shape(c, jax.device_count())
-  mesh = jax.make_mesh(
+  shape = config_lib.mesh_shape(mesh, jax.device_count())
+  made = jax.make_mesh(
       shape, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES)
   )
   logging.info(
       "process %d/%d: %d local of %d devices (%s), mesh %s",
       jax.process_index(), jax.process_count(), jax.local_device_count(),
-      jax.device_count(), jax.devices()[0].platform, dict(mesh.shape),
+      jax.device_count(), jax.devices()[0].platform, dict(made.shape),
   )
-  return mesh
+  return made
 
 
 def shard_model(model, mesh):

@@ -8,6 +8,7 @@ Checkpoints use the GRPO layout, so `eval`, `export` and `train` with
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -15,7 +16,6 @@ import sys
 from absl import logging
 import grain
 import jax
-import ml_collections
 import numpy as np
 import orbax.checkpoint as ocp
 from tunix.sft import hooks as tunix_hooks
@@ -25,6 +25,7 @@ from tunix.sft import peft_trainer
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo import storage
+from gemma_grpo.config import settings
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import lora
 from gemma_grpo.model import policy as policy_lib
@@ -132,11 +133,11 @@ class _Progress(tunix_hooks.TrainingHooks):
     pass
 
 
-def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
+def sft(c: settings.Settings, workdir: str) -> int:
   """Runs supervised LoRA training; returns the exit code (0, or runtime/endings.py's).
 
-  `c` must be validated (the `sft` command does it); the caller holds the
-  work directory's lease.
+  `c` is the settings of a validated config (the `sft` command validates
+  it); the caller holds the work directory's lease.
   """
   config_lib.mesh_shape(c.mesh, jax.device_count())  # the rest: validated by the caller
   mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
@@ -144,7 +145,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   storage.check_writable(work)
   work.mkdir(parents=True, exist_ok=True)
   if jax.process_index() == 0:
-    config_lib.save(c, work / "config.json")
+    storage.write_text(work / "config.json", c.config_json)
   phases = console.Phases()
   mesh = mesh_lib.make_mesh(c.mesh)
   loaded = policy_lib.load_base(c.model, mesh)
@@ -156,8 +157,7 @@ def sft(c: ml_collections.ConfigDict, workdir: str) -> int:
   phases.done(f"sft data: {len(tokens)} examples ({dropped} dropped: no solution or longer"
               f" than {c.sft.max_length} tokens)")
 
-  optim_c = c.optim.copy_and_resolve_references()
-  optim_c.peak_lr = c.sft.peak_lr
+  optim_c = dataclasses.replace(c.optim, peak_lr=c.sft.peak_lr)
   writer = metrics_lib.Writer(
       work / "tensorboard", flush_every_steps=c.log.flush_every_steps,
       max_steps=c.sft.max_steps, is_chief=jax.process_index() == 0,

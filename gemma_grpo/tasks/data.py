@@ -20,10 +20,10 @@ import re
 
 from absl import logging
 import grain
-import ml_collections
 import numpy as np
 
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.runtime import hub
 from gemma_grpo.tasks import prompts
 
@@ -46,16 +46,16 @@ class Problem:
     return prompts.render_prompt(self.question, system=self.instruction, examples=self.examples)
 
 
-def with_examples(problems: list[Problem], c: ml_collections.ConfigDict) -> list[Problem]:
-  """The problems with the config's instruction and few-shot turns in their prompt."""
-  examples = tuple(tuple(str(x) for x in e) for e in c.few_shot)
-  return [dataclasses.replace(p, examples=examples, instruction=instruction(c))
+def with_examples(problems: list[Problem], data: settings.DataSettings) -> list[Problem]:
+  """The problems with the data settings' instruction and few-shot turns in their prompt."""
+  examples = tuple(tuple(str(x) for x in e) for e in data.few_shot)
+  return [dataclasses.replace(p, examples=examples, instruction=instruction(data))
           for p in problems]
 
 
-def instruction(c: ml_collections.ConfigDict) -> str:
+def instruction(data: settings.DataSettings) -> str:
   """`data.instruction`, or the default one when it is empty."""
-  return c.instruction or prompts.SYSTEM_INSTRUCTION
+  return data.instruction or prompts.SYSTEM_INSTRUCTION
 
 
 def parse_gsm8k_answer(text: str) -> tuple[str, str]:
@@ -126,16 +126,16 @@ def read_file(path: pathlib.Path) -> list[Problem]:
     raise errors.UserError(f"data.source: cannot read {path} ({e.strerror or e})") from None
 
 
-def check_source(c: ml_collections.ConfigDict) -> None:
-  """Reads a local data file once, so a bad one fails before the model loads.
+def check_source(source: str) -> None:
+  """Reads a local data file (data.source) once, so a bad one fails before the model loads.
 
   Hub and procedural sources are checked when loaded; they need no user file.
   """
-  if c.source == "gsm8k" or c.source.startswith("reasoning_gym:"):
+  if source == "gsm8k" or source.startswith("reasoning_gym:"):
     return
-  path = pathlib.Path(os.path.expanduser(c.source))
+  path = pathlib.Path(os.path.expanduser(source))
   if not read_file(path):
-    raise errors.UserError(f"data.source={c.source!r}: no problems in the file")
+    raise errors.UserError(f"data.source={source!r}: no problems in the file")
 
 
 def load_gsm8k_hub(split: str) -> list[Problem]:
@@ -243,26 +243,26 @@ def _split_unseen(problems: list[Problem], num_heldout: int, by: str) -> tuple[l
   return heldout, [p for p in problems if problem_key(p, by) not in keys]
 
 
-def build_splits(c: ml_collections.ConfigDict, tokenizer, max_prompt_length: int) -> Splits:
+def build_splits(data: settings.DataSettings, tokenizer, max_prompt_length: int) -> Splits:
   """Shuffled (seeded) problems, the first `num_heldout` kept out of training.
 
   With `heldout_unseen_by` set, the held-out problems are distinct and no
   training problem repeats one of them, so a held-out score is measured on
   problems the policy never trained on.
   """
-  problems = load_problems(c.source, split=c.split, size=c.reasoning_gym_size,
-                           seed=c.reasoning_gym_seed, options=c.reasoning_gym_options.to_dict())
-  fitted = fit_prompts(with_examples(problems, c), tokenizer, max_prompt_length)
-  random.Random(c.shuffle_seed).shuffle(fitted)
-  if c.heldout_unseen_by == "none":
-    heldout, train = fitted[:c.num_heldout], fitted[c.num_heldout:]
+  problems = load_problems(data.source, split=data.split, size=data.reasoning_gym_size,
+                           seed=data.reasoning_gym_seed, options=dict(data.reasoning_gym_options))
+  fitted = fit_prompts(with_examples(problems, data), tokenizer, max_prompt_length)
+  random.Random(data.shuffle_seed).shuffle(fitted)
+  if data.heldout_unseen_by == "none":
+    heldout, train = fitted[:data.num_heldout], fitted[data.num_heldout:]
   else:
-    heldout, train = _split_unseen(fitted, c.num_heldout, c.heldout_unseen_by)
-  if c.max_examples:
-    train = train[:c.max_examples]
+    heldout, train = _split_unseen(fitted, data.num_heldout, data.heldout_unseen_by)
+  if data.max_examples:
+    train = train[:data.max_examples]
   if not train:
     raise errors.UserError(
-        f"data: no training problems left after holding out {c.num_heldout};"
+        f"data: no training problems left after holding out {data.num_heldout};"
         " lower data.num_heldout or use a larger source"
     )
   return Splits(train, heldout, len(problems) - len(fitted))

@@ -55,6 +55,7 @@ from typing import Any
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.tasks import answers
 from gemma_grpo.tasks import tools
 from gemma_grpo import user_code
@@ -394,18 +395,18 @@ def load_custom(spec: str) -> list[RewardFn]:
   return fns
 
 
-def from_config(c) -> list[RewardFn]:
-  """The reward functions of a config's `rewards` section."""
-  return build_reward_fns(c.preset, dict(c.weights)) + load_custom(c.custom)
+def from_settings(r: settings.RewardSettings) -> list[RewardFn]:
+  """The reward functions of a run's `rewards` settings."""
+  return build_reward_fns(r.preset, dict(r.weights)) + load_custom(r.custom)
 
 
-def check_config(c) -> None:
-  """Raises UserError (one line) if a config's `rewards` section names no valid set of rewards.
+def check(r: settings.RewardSettings) -> None:
+  """Raises UserError (one line) if the `rewards` settings name no valid set of rewards.
 
   Builds the functions once, so an unknown preset, weight name or custom
   function fails before the model loads; call it right after config.validate.
   """
   try:
-    from_config(c)
+    from_settings(r)
   except ValueError as e:
     raise errors.UserError(str(e)) from None

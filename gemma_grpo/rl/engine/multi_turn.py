@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 import jax.numpy as jnp
 import numpy as np
 
+from gemma_grpo.config import settings
 from gemma_grpo.tasks import tools
 
 _CLOSE = tools.CALL_END[:-1]  # "</tool_call": what precedes the closing ">"
@@ -143,8 +144,8 @@ class ToolTurns:
             for row, (calls, length) in enumerate(zip(self._calls, lengths))]
 
 
-def tool_runner(r) -> tools.ToolRunner | None:
-  """The engine's tool runner for the `rollout` config section; None without tools.
+def tool_runner(r: settings.RolloutSettings) -> tools.ToolRunner | None:
+  """The engine's tool runner for the `rollout` settings; None without tools.
 
   Raises ValueError naming rollout.tools for a tool that cannot be loaded.
   """

@@ -17,9 +17,8 @@ import pathlib
 import time
 from typing import Any, Callable, Sequence
 
-import ml_collections
-
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.model import policy as policy_lib
 from gemma_grpo.rl.eval import generation
 from gemma_grpo.rl.eval import problem_sets
@@ -41,25 +40,21 @@ class Plan:
   decoding: generation.Decoding
   num_samples: int
   batch_size: int
-  reward_config: ml_collections.ConfigDict  # the config's `rewards` section
+  reward_settings: settings.RewardSettings  # the config's `rewards` section
 
   def reward_fns(self) -> list[Callable]:
-    return rewards.from_config(self.reward_config)
+    return rewards.from_settings(self.reward_settings)
 
 
-def decoding(c: ml_collections.ConfigDict, *, num_samples: int, temperature: float | None = None,
-             top_k: int | None = None, top_p: float | None = None, seed: int | None = None,
-             max_new_tokens: int | None = None, batch_size: int | None = None
-             ) -> generation.Decoding:
-  """The Decoding of these flags (None: the config's default); greedy unless
-  temperature > 0, and sampling from rollout.temperature when num_samples > 1.
-
-  Writes the resolved eval.max_new_tokens and eval.batch_size into `c`, so
-  the config saved in eval.json is the one used.
+def decoding(rollout: settings.RolloutSettings, *, num_samples: int, max_new_tokens: int,
+             temperature: float | None = None, top_k: int | None = None,
+             top_p: float | None = None, seed: int | None = None) -> generation.Decoding:
+  """The Decoding of these flags (None: the rollout settings' default); greedy
+  unless temperature > 0, and sampling from rollout.temperature when num_samples > 1.
   """
   k = num_samples
   if temperature is None:
-    temperature = c.rollout.temperature if k > 1 else 0.0
+    temperature = rollout.temperature if k > 1 else 0.0
   if temperature < 0 or (k > 1 and temperature == 0):
     raise errors.UserError(
         f"--temperature {temperature}: must be > 0 to draw --num-samples {k}"
@@ -68,27 +63,23 @@ def decoding(c: ml_collections.ConfigDict, *, num_samples: int, temperature: flo
     given = [f for f, v in (("--top-k", top_k), ("--top-p", top_p), ("--seed", seed)) if v is not None]
     if given:
       raise errors.UserError(f"{given[0]}: only for sampling; add --temperature T (> 0)")
-  max_new_tokens = max_new_tokens or c.eval.max_new_tokens
-  with c.unlocked():
-    c.eval.max_new_tokens = max_new_tokens
-    c.eval.batch_size = batch_size or c.eval.batch_size
   try:
     return generation.Decoding(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
-        top_p=c.rollout.top_p if top_p is None else top_p,
-        top_k=c.rollout.top_k if top_k is None else top_k,
+        top_p=rollout.top_p if top_p is None else top_p,
+        top_k=rollout.top_k if top_k is None else top_k,
         seed=seed or 0,
     )
   except ValueError as e:
     raise errors.UserError(f"decoding (--temperature/--top-p/--top-k): {e}") from None
 
 
-def plan(c: ml_collections.ConfigDict, problems: list[data_lib.Problem], data: dict[str, Any],
+def plan(c: settings.Settings, problems: list[data_lib.Problem], data: dict[str, Any],
          decoding_: generation.Decoding, num_samples: int) -> Plan:
   """The Plan of `c` (its rollout.max_prompt_length, eval.batch_size, rewards), checked."""
   try:
-    rewards.from_config(c.rewards)
+    rewards.from_settings(c.rewards)
   except ValueError as e:
     raise errors.UserError(str(e)) from None
   p = Plan(problems, data, c.rollout.max_prompt_length, decoding_, num_samples,
@@ -98,12 +89,12 @@ def plan(c: ml_collections.ConfigDict, problems: list[data_lib.Problem], data: d
   return p
 
 
-def evaluate(target: targets.Target, c: ml_collections.ConfigDict, plan_: Plan, mesh, *,
+def evaluate(target: targets.Target, c: settings.Settings, plan_: Plan, mesh, *,
              contaminated: bool) -> tuple[dict, list[dict]]:
   """Generates and scores; returns the eval.json report and sample records."""
   start = time.perf_counter()
-  model, tokenizer = targets.load_policy(target, c, mesh)
-  generator = generation.Generator.from_config(
+  model, tokenizer = targets.load_policy(target, c.model, mesh)
+  generator = generation.Generator.from_settings(
       model, tokenizer, mesh, c.rollout, c.lora, max_new_tokens=plan_.decoding.max_new_tokens,
       max_prompt_length=plan_.max_prompt_length)  # one plan: a baseline's own config may differ
   kept = [p for p in plan_.problems
@@ -144,11 +135,11 @@ def evaluate(target: targets.Target, c: ml_collections.ConfigDict, plan_: Plan, 
                        "batch_size": plan_.batch_size, "stop_token_ids": generator.stop_token_ids,
                        "stop_text": c.rollout.stop_text, "engine": c.rollout.engine,
                        "tools": c.rollout.tools, "max_tool_calls": c.rollout.max_tool_calls},
-          "rewards": {"preset": plan_.reward_config.preset,
+          "rewards": {"preset": plan_.reward_settings.preset,
                       "functions": [fn.__name__ for fn in plan_.reward_fns()]},
       },
       # Configs hold no secrets (tokens come from the environment, never read here).
-      "config": json.loads(c.to_json_best_effort()),
+      "config": json.loads(c.config_json),
       "timing": {"load_s": round(loaded_s, 2), "generate_s": round(generate_s, 2),
                  "generated_tokens": sum(out.num_tokens),
                  "tokens_per_s": round(sum(out.num_tokens) / max(generate_s, 1e-9), 2)},
@@ -171,8 +162,8 @@ class Result:
   base_samples: list[dict] | None = None
 
 
-def run(target: targets.Target, c: ml_collections.ConfigDict, plan_: Plan, out: pathlib.Path,
-        *, baseline: tuple[targets.Target, ml_collections.ConfigDict] | None = None) -> Result:
+def run(target: targets.Target, c: settings.Settings, plan_: Plan, out: pathlib.Path,
+        *, baseline: tuple[targets.Target, settings.Settings] | None = None) -> Result:
   """Evaluates `baseline` (if given) and then `target` on `plan_` on c.mesh;
   writes each one's eval.json and samples.jsonl (the baseline's to its
   default_out). Every process decodes the same problems; process 0 writes."""
@@ -199,9 +190,9 @@ def evaluate_policy(policy: policy_lib.Policy, problems: Sequence[data_lib.Probl
 
   Returns {"metrics": {...}, "samples": [...]} (gemma_grpo.api.evaluate).
   """
-  c = policy.config
+  c = policy.settings
   max_new_tokens = max_new_tokens or c.eval.max_new_tokens
-  generator = generation.Generator.from_config(
+  generator = generation.Generator.from_settings(
       policy.actor, policy.loaded.tokenizer, mesh_lib.make_mesh(c.mesh), c.rollout, c.lora,
       max_new_tokens=max_new_tokens)
   greedy = generation.Decoding(max_new_tokens=max_new_tokens)
@@ -211,6 +202,6 @@ def evaluate_policy(policy: policy_lib.Policy, problems: Sequence[data_lib.Probl
     return out.texts, out.truncated, out.num_tokens
 
   metrics, samples = scoring.run(generate, list(problems), c.eval.batch_size,
-                                 reward_fns=rewards.from_config(c.rewards),
+                                 reward_fns=rewards.from_settings(c.rewards),
                                  tools=bool(c.rollout.tools))
   return {"metrics": metrics, "samples": samples}

@@ -19,10 +19,10 @@ import dataclasses
 from typing import Any, Sequence
 
 import jax
-import ml_collections
 from tunix.generate import sampler as sampler_lib
 from tunix.rl.rollout import base_rollout
 
+from gemma_grpo.config import settings
 from gemma_grpo.model import tokenizer as tokenizer_lib
 from gemma_grpo.rl.engine import multi_turn
 from gemma_grpo.rl.engine import rollout
@@ -111,10 +111,10 @@ class Generator:
     )
 
   @classmethod
-  def from_config(cls, model, tokenizer, mesh, rollout_c: ml_collections.ConfigDict,
-                  lora_c: ml_collections.ConfigDict, *, max_new_tokens: int,
-                  max_prompt_length: int | None = None) -> "Generator":
-    """The generator of a run's `rollout` and `lora` sections: its engine, stops
+  def from_settings(cls, model, tokenizer, mesh, rollout_c: settings.RolloutSettings,
+                    lora_c: settings.LoraSettings, *, max_new_tokens: int,
+                    max_prompt_length: int | None = None) -> "Generator":
+    """The generator of a run's `rollout` and `lora` settings: its engine, stops
     and tools, LoRA scale alpha / r, prompts up to `max_prompt_length` (default
     rollout.max_prompt_length)."""
     if max_prompt_length is None:
@@ -123,7 +123,7 @@ class Generator:
         model, tokenizer, mesh, max_prompt_length=max_prompt_length,
         max_new_tokens=max_new_tokens, stop_token_ids=tokenizer_lib.stop_token_ids(tokenizer),
         stop_text=rollout_c.stop_text, engine=rollout_c.engine,
-        lora_scale=lora_c.alpha / lora_c.rank, decode_dtype=rollout_c.decode_dtype,
+        lora_scale=lora_c.scale, decode_dtype=rollout_c.decode_dtype,
         screen_lm_head=rollout_c.screen_lm_head, tool_runner=multi_turn.tool_runner(rollout_c),
         max_tool_calls=rollout_c.max_tool_calls)
 

@@ -8,9 +8,9 @@ its eval/ values compare with that command's on the same problems.
 from __future__ import annotations
 
 from etils import epath
-import ml_collections
 from tunix.rl import rl_cluster as rl_cluster_lib
 
+from gemma_grpo.config import settings
 from gemma_grpo.model import tokenizer as tokenizer_lib
 from gemma_grpo.rl.eval import scoring
 from gemma_grpo.tasks import rewards
@@ -23,37 +23,39 @@ class HeldoutEval:
   eval's metrics, the first being the starting point.
   """
 
-  def __init__(self, c: ml_collections.ConfigDict, cluster, tokenizer, heldout,
+  def __init__(self, eval_s: settings.EvalSettings, rollout: settings.RolloutSettings,
+               rewards_s: settings.RewardSettings, data_source: str, cluster, tokenizer, heldout,
                work: epath.Path, is_chief: bool):
-    self._c, self._cluster, self._tokenizer = c, cluster, tokenizer
+    self._eval, self._rollout, self._data_source = eval_s, rollout, data_source
+    self._cluster, self._tokenizer = cluster, tokenizer
     self._work, self._is_chief = work, is_chief
-    self.problems = heldout[:c.eval.num_examples]
+    self.problems = heldout[:eval_s.num_examples]
     # The CLI's `eval` scores with the run's preset too: eval/ values compare.
-    self._reward_fns = rewards.from_config(c.rewards)
+    self._reward_fns = rewards.from_settings(rewards_s)
     self.results: list[dict[str, float]] = []
 
   def _generate(self, batch_prompts):
-    c = self._c
+    e, r = self._eval, self._rollout
     out = self._cluster.generate(batch_prompts, mode=rl_cluster_lib.Mode.EVAL)
     texts, truncated, counts = tokenizer_lib.apply_stop_text(
-        out.text, out.tokens, c.eval.max_new_tokens, c.rollout.stop_text, self._tokenizer)
-    if c.rollout.tools:  # lengths count the model's own tokens, not tool results
+        out.text, out.tokens, e.max_new_tokens, r.stop_text, self._tokenizer)
+    if r.tools:  # lengths count the model's own tokens, not tool results
       turns = self._cluster.rollout.take_tool_turns()
       counts = [n - int(t.tool_mask[:n].sum()) for n, t in zip(counts, turns, strict=True)]
     return texts, truncated, counts
 
   def __call__(self, step: int) -> dict[str, float]:
-    c = self._c
-    metrics, samples = scoring.run(self._generate, self.problems, c.eval.batch_size,
+    e, r = self._eval, self._rollout
+    metrics, samples = scoring.run(self._generate, self.problems, e.batch_size,
                                    reward_fns=self._reward_fns, show_progress=self._is_chief,
-                                   tools=bool(c.rollout.tools))
+                                   tools=bool(r.tools))
     self.results.append(metrics)
     if self._is_chief:
       scoring.write(self._work / "eval" / f"step_{step:06d}", {
           "metrics": metrics,
-          "settings": {"step": step, "decoding": {"mode": "greedy", "max_new_tokens": c.eval.max_new_tokens,
-                                                  "stop_text": c.rollout.stop_text, "engine": c.rollout.engine},
-                       "data": {"source": c.data.source, "heldout": len(self.problems)}},
+          "settings": {"step": step, "decoding": {"mode": "greedy", "max_new_tokens": e.max_new_tokens,
+                                                  "stop_text": r.stop_text, "engine": r.engine},
+                       "data": {"source": self._data_source, "heldout": len(self.problems)}},
       }, samples)
     return {f"eval/{k}": v for k, v in metrics.items()}
 

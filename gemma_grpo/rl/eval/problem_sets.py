@@ -12,10 +12,10 @@ import pathlib
 from typing import Any
 
 from huggingface_hub.utils import logging as hub_logging
-import ml_collections
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.tasks import data as data_lib
 
 
@@ -48,7 +48,7 @@ def contamination(trained_on: tuple[str, str] | None, data_source: str,
   return None
 
 
-def default_data(data: ml_collections.ConfigDict) -> str:
+def default_data(data: settings.DataSettings) -> str:
   """--data when none is given: the config's own source, never its training problems."""
   if config_lib.data_source_kind(data.source) != "file":
     return data.source
@@ -57,11 +57,11 @@ def default_data(data: ml_collections.ConfigDict) -> str:
       " problems; pass the matching test file (or gsm8k, reasoning_gym:<task>)")
 
 
-def load_problems(source: str, data: ml_collections.ConfigDict, *, split: str | None = None,
+def load_problems(source: str, data: settings.DataSettings, *, split: str | None = None,
                   num_test: int | None = None) -> tuple[list[data_lib.Problem], dict[str, Any]]:
   """The first `num_test` problems of `source` (all if None), and how they were chosen.
 
-  `data` is the config's data section: the reasoning-gym range and options,
+  `data` is the run's data settings: the reasoning-gym range and options,
   the few-shot examples.
   """
   info: dict[str, Any] = {"source": source, "num_test": num_test}
@@ -77,7 +77,7 @@ def load_problems(source: str, data: ml_collections.ConfigDict, *, split: str | 
     size = num_test or data.reasoning_gym_size
     info.update(seed=seed, size=size)
     # The run's difficulty knobs belong to its own task only.
-    options = data.reasoning_gym_options.to_dict() if source == data.source else {}
+    options = dict(data.reasoning_gym_options) if source == data.source else {}
     info["options"] = options
     problems = data_lib.load_problems(source, size=size, seed=seed, options=options)
   else:

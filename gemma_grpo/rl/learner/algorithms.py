@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-import ml_collections
 import numpy as np
 from tunix.rl import function_registry
 from tunix.rl.grpo import grpo_learner
 
+from gemma_grpo.config import settings
 from gemma_grpo.rl.learner import losses
 
 
@@ -59,7 +59,7 @@ class AlgoConfig(grpo_learner.GRPOConfig):
 
 # What each algorithm sets beyond the settings all share, read from the grpo
 # section. The keys are config.ALGORITHMS, the one list of names.
-VARIANTS: dict[str, Callable[[ml_collections.ConfigDict], dict]] = {
+VARIANTS: dict[str, Callable[[settings.AlgorithmSettings], dict]] = {
     "grpo": lambda g: {},
     "dapo": lambda g: dict(algo_variant="dapo", loss_agg_mode="token-mean", beta=0.0,
                            epsilon_high=g.epsilon_high),
@@ -72,8 +72,8 @@ VARIANTS: dict[str, Callable[[ml_collections.ConfigDict], dict]] = {
 }
 
 
-def algo_config(c: ml_collections.ConfigDict) -> AlgoConfig:
-  """The algorithm settings for `c.algorithm` (c is the `grpo` section)."""
+def algo_config(c: settings.AlgorithmSettings) -> AlgoConfig:
+  """Tunix's config of the `grpo` settings' algorithm."""
   if c.algorithm not in VARIANTS:
     raise ValueError(f"unknown grpo.algorithm {c.algorithm!r}")
   common = dict(

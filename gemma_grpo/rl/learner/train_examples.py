@@ -16,10 +16,10 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from gemma_grpo import config as config_lib
+from gemma_grpo.config import settings
 from gemma_grpo.rl.learner import losses
 
 
@@ -79,13 +79,15 @@ def train_example_like(rows: int, *, prompt_width: int, completion_width: int, p
       np.zeros(rows), logps if with_ref else None, old_logps, tis_logps, pad)
 
 
-def wants_sampler_logps(c: ml_collections.ConfigDict) -> bool:
-  """Whether training asks the rollout engine for its own log-probs (Learner)."""
-  return c.rollout.decode_dtype != "float32" or c.grpo.tis_cap > 0
+def wants_sampler_logps(decode_dtype: str, tis_cap: float) -> bool:
+  """Whether training asks the rollout engine for its own log-probs (Learner):
+  with rollout.decode_dtype other than float32, or grpo.tis_cap on."""
+  return decode_dtype != "float32" or tis_cap > 0
 
 
-def example_columns(c: ml_collections.ConfigDict) -> dict[str, bool]:
+def example_columns(g: settings.AlgorithmSettings, train: settings.TrainSettings,
+                    decode_dtype: str) -> dict[str, bool]:
   """train_example_like's column choices, as the Learner that `train` builds makes them."""
-  g = c.grpo
-  return dict(with_ref=bool(g.beta) or g.log_kl, sampler_logps=wants_sampler_logps(c),
-              tis=g.tis_cap > 0, off_policy=config_lib.updates_per_batch(c) > 1)
+  return dict(with_ref=bool(g.beta) or g.log_kl,
+              sampler_logps=wants_sampler_logps(decode_dtype, g.tis_cap),
+              tis=g.tis_cap > 0, off_policy=config_lib.updates_per_batch(train, g.num_iterations) > 1)

@@ -26,7 +26,6 @@ import functools
 import os
 
 from flax import nnx
-import ml_collections
 import orbax.checkpoint as ocp
 from tunix.rl import rl_cluster as rl_cluster_lib
 from tunix.rl.rollout import base_rollout
@@ -34,6 +33,7 @@ from tunix.sft import metrics_logger
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import storage
+from gemma_grpo.config import settings
 from gemma_grpo.model import lora
 from gemma_grpo.rl.engine import multi_turn
 from gemma_grpo.rl.engine import rollout
@@ -98,9 +98,9 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
 # --- The cluster's configuration, from a validated config ----------------------
 
 
-def rollout_configs(c: ml_collections.ConfigDict, stop_token_ids: list[int]):
+def rollout_configs(r: settings.RolloutSettings, eval_max_new_tokens: int,
+                    stop_token_ids: list[int]):
   """{TRAIN: sampled rollouts, EVAL: greedy decoding} for Tunix's RLCluster."""
-  r = c.rollout
   common = dict(
       max_prompt_length=r.max_prompt_length,
       kv_cache_size=r.kv_cache_size,
@@ -116,29 +116,31 @@ def rollout_configs(c: ml_collections.ConfigDict, stop_token_ids: list[int]):
   )
   # top_p=None selects Tunix's greedy sampler.
   evaluation = base_rollout.RolloutConfig(
-      max_tokens_to_generate=c.eval.max_new_tokens, top_p=None, top_k=None,
+      max_tokens_to_generate=eval_max_new_tokens, top_p=None, top_k=None,
       **common,
   )
   return {rl_cluster_lib.Mode.TRAIN: train, rl_cluster_lib.Mode.EVAL: evaluation}
 
 
-def rollout_engine(c: ml_collections.ConfigDict):
+def rollout_engine(r: settings.RolloutSettings, lora_s: settings.LoraSettings):
   """What RLCluster builds its rollout with: Tunix's name or our engine class."""
-  if c.rollout.engine == "tunix":
+  if r.engine == "tunix":
     return "vanilla"
-  return functools.partial(rollout.GroupedRollout, lora_scale=c.lora.alpha / c.lora.rank,
-                           decode_dtype=c.rollout.decode_dtype,
-                           screen_lm_head=c.rollout.screen_lm_head,
-                           tool_runner=multi_turn.tool_runner(c.rollout),
-                           max_tool_calls=c.rollout.max_tool_calls)
+  return functools.partial(rollout.GroupedRollout, lora_scale=lora_s.scale,
+                           decode_dtype=r.decode_dtype,
+                           screen_lm_head=r.screen_lm_head,
+                           tool_runner=multi_turn.tool_runner(r),
+                           max_tool_calls=r.max_tool_calls)
 
 
-def training_config(c: ml_collections.ConfigDict, workdir, writer):
-  """Tunix's RLTrainingConfig; `workdir` None writes no checkpoints or metrics (plan)."""
+def training_config(c: settings.Settings, workdir, writer):
+  """Tunix's RLTrainingConfig (from the train, grpo, optim, ckpt and log settings);
+  `workdir` None writes no checkpoints or metrics (plan)."""
   t = c.train
   # Tunix counts prompts; config counts completions and updates.
-  micro_batch_prompts = config_lib.completions_per_train_step(c) // c.grpo.num_generations
-  mini_batches_per_batch = config_lib.updates_per_batch(c) // c.grpo.num_iterations
+  micro_batch_prompts = (config_lib.completions_per_train_step(t, c.grpo.num_generations)
+                         // c.grpo.num_generations)
+  mini_batches_per_batch = config_lib.updates_per_batch(t, c.grpo.num_iterations) // c.grpo.num_iterations
   return rl_cluster_lib.RLTrainingConfig(
       actor_optimizer=optim.optimizer(c.optim, t.max_steps),
       max_steps=t.max_steps,
@@ -170,15 +172,15 @@ def training_config(c: ml_collections.ConfigDict, workdir, writer):
   )
 
 
-def cluster_config(c: ml_collections.ConfigDict, mesh, workdir, writer,
+def cluster_config(c: settings.Settings, mesh, workdir, writer,
                    stop_token_ids: list[int]):
   """Tunix's ClusterConfig: actor, reference and rollout on one mesh."""
   training = training_config(c, workdir, writer)
   roles = rl_cluster_lib.Role
   return rl_cluster_lib.ClusterConfig(
       role_to_mesh={roles.ACTOR: mesh, roles.REFERENCE: mesh, roles.ROLLOUT: mesh},
-      rollout_engine=rollout_engine(c),
+      rollout_engine=rollout_engine(c.rollout, c.lora),
       offload_to_cpu=False,
       training_config=training,
-      rollout_config=rollout_configs(c, stop_token_ids),
+      rollout_config=rollout_configs(c.rollout, c.eval.max_new_tokens, stop_token_ids),
   )

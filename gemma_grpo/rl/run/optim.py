@@ -1,18 +1,19 @@
 """The optimizer of every trainer: warmup-cosine AdamW with global-norm clipping.
 
-Each function takes the `optim` slice of the config.
+Each function takes the `optim` settings (SFT's with its own peak rate).
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 
+from gemma_grpo.config import settings
 
-def learning_rate(c: ml_collections.ConfigDict, max_steps: int):
+
+def learning_rate(c: settings.OptimizerSettings, max_steps: int):
   """Linear warmup from 0 over warmup_fraction of the steps, then cosine."""
   warmup = int(c.warmup_fraction * max_steps)
   return optax.warmup_cosine_decay_schedule(
@@ -21,12 +22,12 @@ def learning_rate(c: ml_collections.ConfigDict, max_steps: int):
   )
 
 
-def learning_rates(c: ml_collections.ConfigDict, max_steps: int) -> np.ndarray:
+def learning_rates(c: settings.OptimizerSettings, max_steps: int) -> np.ndarray:
   """The rate of every update 1..max_steps, computed in one go (for logging)."""
   return np.asarray(jax.vmap(learning_rate(c, max_steps))(jnp.arange(max_steps)), dtype=np.float64)
 
 
-def optimizer(c: ml_collections.ConfigDict, max_steps: int):
+def optimizer(c: settings.OptimizerSettings, max_steps: int):
   """Global-norm clip, then AdamW on the `learning_rate` schedule.
 
   The rate is injected as a hyperparameter so Tunix logs it.

@@ -7,8 +7,10 @@ same work directory resumes from its latest checkpoint, data position and
 sampling keys included, so an interrupted run continues exactly as the
 uninterrupted one would have.
 
-`train(c, workdir)` is what `gemma-grpo train` and `api.train` run; it
-returns the exit code (0, or one of runtime/endings.py's).
+`train(s, workdir)` is what `gemma-grpo train` and `api.train` run, on the
+settings of a validated config (config.settings.from_config); it returns the
+exit code (0, or one of runtime/endings.py's). As the run's orchestrator it
+takes every settings slice and hands each part the one it needs.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ import traceback
 from absl import logging
 from etils import epath
 import jax
-import ml_collections
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo import storage
+from gemma_grpo.config import settings
 from gemma_grpo.model import lora
 from gemma_grpo.model import model_loading
 from gemma_grpo.model import policy as policy_lib
@@ -56,7 +58,7 @@ class Start:
   found: checkpoints.Resume  # its identity, and the newest checkpoint that reads back whole
 
 
-def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Start:
+def preflight(c: settings.Settings, workdir: str | os.PathLike) -> Start:
   """Every check of the input that needs no model, on a validated config.
 
   Runs in seconds, so bad input fails before minutes of loading: the mesh
@@ -64,23 +66,27 @@ def preflight(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> Start
   its checkpoints (the newest is read whole once, here).
   """
   fsdp, _ = config_lib.mesh_shape(c.mesh, jax.device_count())
-  rows = config_lib.completions_per_train_step(c)
+  rows = config_lib.completions_per_train_step(c.train, c.grpo.num_generations)
   if rows % fsdp:
     # Tunix replicates inputs it cannot split (sharding_utils.get_sharding):
     # correct, but every device then computes the whole micro-batch.
     logging.warning(
         "train.micro_batch_size x grpo.num_generations = %d completions do not"
         " split over mesh fsdp=%d; each device will process all of them", rows, fsdp)
-  data_lib.check_source(c.data)
+  data_lib.check_source(c.data.source)
   check_tools(c.rollout)
   work = storage.path(workdir)
   if work.exists() and not work.is_dir():
     raise errors.UserError(f"--workdir {workdir}: exists and is not a directory")
   storage.check_writable(work)
-  return Start(work, checkpoints.examine(work, c, move=jax.process_index() == 0))
+  return Start(work, checkpoints.examine(work, _identity(c), move=jax.process_index() == 0))
 
 
-def check_tools(r: ml_collections.ConfigDict) -> None:
+def _identity(c: settings.Settings) -> dict:
+  return checkpoints.identity(c.model, c.lora, c.grpo.algorithm)
+
+
+def check_tools(r: settings.RolloutSettings) -> None:
   """Loads rollout.tools once before the model does, so a bad name fails in a second."""
   try:
     multi_turn.tool_runner(r)
@@ -88,11 +94,11 @@ def check_tools(r: ml_collections.ConfigDict) -> None:
     raise errors.UserError(str(e)) from None
 
 
-def train(c: ml_collections.ConfigDict, workdir: str | os.PathLike) -> int:
+def train(c: settings.Settings, workdir: str | os.PathLike) -> int:
   """Trains until `c.train.max_steps`; returns the process exit code.
 
-  `c` must be validated (config.validate: the `train` command and api.train
-  do it); the caller holds the work directory's lease.
+  `c` is the settings of a validated config (config.validate: the `train`
+  command and api.train do it); the caller holds the work directory's lease.
   """
   start = preflight(c, workdir)
   if start.found.step is not None and start.found.step >= c.train.max_steps:
@@ -120,13 +126,13 @@ class _Parts:
   writer: metrics_lib.Writer
 
 
-def _train(c: ml_collections.ConfigDict, start: Start, stop: guards.StopSignal) -> int:
+def _train(c: settings.Settings, start: Start, stop: guards.StopSignal) -> int:
   work = start.work
   mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
   work.mkdir(parents=True, exist_ok=True)
   is_chief = jax.process_index() == 0
   if is_chief:
-    config_lib.save(c, work / "config.json")
+    storage.write_text(work / "config.json", c.config_json)
   phases = console.Phases()
   parts = _build(c, start, phases, is_chief)
   cluster, writer = parts.cluster, parts.writer
@@ -135,13 +141,13 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop: guards.StopSignal) 
       rl_cluster=cluster,
       algo_config=algorithms.algo_config(c.grpo),
       reward_fns=guards.finite_rewards(
-          rewards.from_config(c.rewards),
+          rewards.from_settings(c.rewards),
           current_step=lambda: trainer.train_steps + 1,
       ),
       rollout_seed=c.rollout.seed,
       refill_problems=parts.splits.train,  # fresh prompts for grpo.dynamic_sampling
       stop_text=c.rollout.stop_text,
-      updates_per_batch=config_lib.updates_per_batch(c),
+      updates_per_batch=config_lib.updates_per_batch(c.train, c.grpo.num_iterations),
       sampler_logps=c.rollout.decode_dtype != "float32",
       tools=bool(c.rollout.tools),
   )
@@ -160,10 +166,11 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop: guards.StopSignal) 
 
   # The update's program compiles beside the starting eval and the first
   # rollout instead of after them (trainers.py).
-  cluster.precompile_update(learner.example_like(config_lib.completions_per_train_step(c)))
+  cluster.precompile_update(learner.example_like(
+      config_lib.completions_per_train_step(c.train, c.grpo.num_generations)))
 
-  evaluate = heldout.HeldoutEval(c, cluster, parts.loaded.tokenizer, parts.splits.heldout, work,
-                                 is_chief)
+  evaluate = heldout.HeldoutEval(c.eval, c.rollout, c.rewards, c.data.source, cluster,
+                                 parts.loaded.tokenizer, parts.splits.heldout, work, is_chief)
   if evaluate.problems and c.eval.every_steps and trainer.train_steps == 0:
     # The starting point: what every later eval (and the end line) compares with.
     logging.info("Evaluating the starting policy on %d held-out problems", len(evaluate.problems))
@@ -179,7 +186,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop: guards.StopSignal) 
       eval_every=c.eval.every_steps,
       evaluate=evaluate if evaluate.problems else None,
       stop=stop,
-      updates_per_batch=config_lib.updates_per_batch(c),
+      updates_per_batch=config_lib.updates_per_batch(c.train, c.grpo.num_iterations),
       on_step=console.step_reporter(phases, c.train.max_steps, trainer.train_steps, is_chief),
   ))
   batches = data_lib.train_batches(parts.splits.train, c.train.batch_size, c.data.shuffle_seed)
@@ -204,7 +211,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop: guards.StopSignal) 
   return 0
 
 
-def _build(c: ml_collections.ConfigDict, start: Start, phases: console.Phases,
+def _build(c: settings.Settings, start: Start, phases: console.Phases,
            is_chief: bool) -> _Parts:
   """Model, LoRA policy, data and the RL cluster, each phase with its line."""
   work = start.work
@@ -213,7 +220,7 @@ def _build(c: ml_collections.ConfigDict, start: Start, phases: console.Phases,
   phases.done(f"model: {c.model.source} loaded ({c.model.dtype})")
   actor = lora.apply(loaded.model, c.lora, mesh)
   phases.done(f"LoRA: {lora.num_lora_params(actor)} trainable parameters")
-  checkpoints.claim(work, start.found, c, loaded.model, actor, write=is_chief)
+  checkpoints.claim(work, start.found, _identity(c), loaded.model, actor, write=is_chief)
   splits = data_lib.build_splits(c.data, loaded.tokenizer, c.rollout.max_prompt_length)
   phases.done(f"data: {len(splits.train)} train, {len(splits.heldout)} held-out problems"
               f" ({splits.dropped} dropped as too long)")
