@@ -6,6 +6,8 @@ NVIDIA one through the CUDA plugin's compiler, each given the slice's shape.
 
 from __future__ import annotations
 
+import os
+
 import jax
 import numpy as np
 
@@ -25,6 +27,9 @@ def for_topology(t: chips.Topology) -> list:
 
   try:
     if t.platform == "tpu":
+      # Describing a slice opens no TPU, but libtpu's lockfile refuses a second
+      # process that loads it (two plans, or two test workers) unless allowed.
+      os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
       return list(topologies.get_topology_desc(
           platform="tpu", topology_name=t.topology, chip_config_name=t.chip_config,
           chips_per_host_bounds=t.chips_per_host, num_slices=1, wrap=(False, False, False)).devices)
