@@ -144,6 +144,7 @@ def _train(c: ml_collections.ConfigDict, start: Start, stop: guards.StopSignal) 
       updates_per_batch=config_lib.updates_per_batch(c),
       sampler_logps=c.rollout.decode_dtype != "float32",
       tools=bool(c.rollout.tools),
+      decode_stats=c.rollout.engine == "grouped",
   )
   # Steps count updates: align Tunix's step counter with the restored one.
   cluster.global_steps = trainer.train_steps
