@@ -130,7 +130,8 @@ def rollout_engine(c: ml_collections.ConfigDict):
                            decode_dtype=c.rollout.decode_dtype,
                            screen_lm_head=c.rollout.screen_lm_head,
                            tool_runner=multi_turn.tool_runner(c.rollout),
-                           max_tool_calls=c.rollout.max_tool_calls)
+                           max_tool_calls=c.rollout.max_tool_calls,
+                           slots=c.rollout.slots)
 
 
 def training_config(c: ml_collections.ConfigDict, workdir, writer):
