@@ -122,7 +122,7 @@ def rms_norm(x, scale):
 
 
 def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position_B, t,
-                 prompt_cache, valid_UxP, keys_LxBxKxHxT, values_LxBxKxTxH, prompt_B=None):
+                 prompt_cache, valid_UxP, keys_LxBxKxHxT, values_LxBxKxTxH, per_row=False):
   """One token per row through one layer; writes its key/value at completion slot `t`.
 
   Attention reads two caches. The prompt's keys and values are held once
@@ -138,10 +138,10 @@ def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position
   XLA:CPU's query-key dot reads that layout faster (bench/studies/engine_ab.py,
   docs/results/engine_ab/).
 
-  With `prompt_B` (continuous batching: rows are slots, each holding any
-  sample of any prompt, started at any step) row b continues prompt
-  prompt_B[b] and `t` is per row ([B]: each row's own completion slot); the
-  rows then read their prompts' keys and values gathered per row.
+  With `per_row` (continuous batching: rows are slots, each holding any
+  sample of any prompt, started at any step) `t` is per row ([B]: each row's
+  own completion slot) and `prompt_cache`, `valid_UxP` hold each row's own
+  prompt (U = B; _decode_rows_attention).
   """
   batch = x_BxD.shape[0]
   prompt_keys_LxUxKxHxP, prompt_values_LxUxKxPxH = prompt_cache
@@ -160,9 +160,9 @@ def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position
   new_key_BxKxH = rope(new_key_BxKxH[:, None], position_B[:, None])[:, 0]
   dtype = keys_LxBxKxHxT.dtype
   query_BxKxGxH = query_BxNxH.reshape(batch, k, heads, h)
-  if prompt_B is not None:
+  if per_row:
     return _decode_rows_attention(w, shape, layer, x_BxD, query_BxKxGxH, new_key_BxKxH,
-                                  kv_Bx2xKxH[:, 1], t, prompt_B, prompt_cache, valid_UxP,
+                                  kv_Bx2xKxH[:, 1], t, prompt_cache, valid_UxP,
                                   keys_LxBxKxHxT, values_LxBxKxTxH)
   keys_LxBxKxHxT = jax.lax.dynamic_update_slice(
       keys_LxBxKxHxT, new_key_BxKxH[None, :, :, :, None].astype(dtype), (layer, 0, 0, 0, t))
@@ -216,19 +216,20 @@ def _output_and_mlp(w: LayerWeights, x_BxD, attended_BxKxGxH):
 
 
 def _decode_rows_attention(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, query_BxKxGxH,
-                           new_key_BxKxH, new_value_BxKxH, t_B, prompt_B, prompt_cache,
-                           valid_UxP, keys_LxBxKxHxT, values_LxBxKxTxH):
-  """decode_layer for rows that each sit at their own slot t_B[b] of their own prompt prompt_B[b].
+                           new_key_BxKxH, new_value_BxKxH, t_B, prompt_cache, valid_BxP,
+                           keys_LxBxKxHxT, values_LxBxKxTxH):
+  """decode_layer for rows that each sit at their own slot t_B[b], with their own prompt.
 
-  Each row writes its key and value at its own slot (a scatter, in place in
-  the decode loop) and reads its prompt's keys and values gathered per row:
-  a slot holds whichever sample it took last, so rows of one prompt are not
-  adjacent and cannot share one dot as decode_layer's grouped rows do.
-  Slots past t_B[b] may hold an earlier sample's keys: the mask hides them.
+  `prompt_cache` holds each row's prompt ([L, B, K, H, P] keys, [L, B, K, P, H]
+  values: the engine copies a prompt's in when a row takes a new sample,
+  rollout._decode_slots), so a row reads only its own, in a dot batched over
+  rows whose result does not depend on the other rows. Each row writes its
+  key and value at its own slot (a scatter, in place in the decode loop);
+  slots past t_B[b] may hold an earlier sample's: the mask hides them.
   """
   batch = x_BxD.shape[0]
-  prompt_keys_LxUxKxHxP, prompt_values_LxUxKxPxH = prompt_cache
-  prompt_width = valid_UxP.shape[1]
+  prompt_keys_LxBxKxHxP, prompt_values_LxBxKxPxH = prompt_cache
+  prompt_width = valid_BxP.shape[1]
   new_tokens = keys_LxBxKxHxT.shape[-1]
   dtype = keys_LxBxKxHxT.dtype
   rows_B = jnp.arange(batch)
@@ -237,7 +238,7 @@ def _decode_rows_attention(w: LayerWeights, shape: LayerShape, layer: int, x_BxD
       new_value_BxKxH.astype(dtype))
 
   slot_B = prompt_width + t_B  # each token's position in its prompt-then-completion sequence
-  prompt_visible_BxP = valid_UxP[prompt_B]
+  prompt_visible_BxP = valid_BxP
   new_visible_BxT = jnp.arange(new_tokens)[None, :] <= t_B[:, None]
   if shape.window is not None:
     prompt_visible_BxP &= jnp.arange(prompt_width)[None, :] > slot_B[:, None] - shape.window
@@ -245,7 +246,7 @@ def _decode_rows_attention(w: LayerWeights, shape: LayerShape, layer: int, x_BxD
         slot_B[:, None] - shape.window)
 
   prompt_logits_BxKxGxP = jnp.einsum("bkgh,bkhp->bkgp", query_BxKxGxH,
-                                     prompt_keys_LxUxKxHxP[layer][prompt_B])
+                                     prompt_keys_LxBxKxHxP[layer])
   prompt_logits_BxKxGxP = jnp.where(prompt_visible_BxP[:, None, None, :], prompt_logits_BxKxGxP,
                                     gemma3.K_MASK)
   new_logits_BxKxGxT = jnp.einsum("bkgh,bkht->bkgt", query_BxKxGxH, keys_LxBxKxHxT[layer])
@@ -256,7 +257,6 @@ def _decode_rows_attention(w: LayerWeights, shape: LayerShape, layer: int, x_BxD
   probs_BxKxGxS = probs_BxKxGxS.astype(values_LxBxKxTxH.dtype)
   attended_BxKxGxH = (
       jnp.einsum("bkgp,bkph->bkgh", probs_BxKxGxS[..., :prompt_width],
-                 prompt_values_LxUxKxPxH[layer][prompt_B])
+                 prompt_values_LxBxKxPxH[layer])
       + jnp.einsum("bkgt,bkth->bkgh", probs_BxKxGxS[..., prompt_width:], values_LxBxKxTxH[layer]))
   return _output_and_mlp(w, x_BxD, attended_BxKxGxH), keys_LxBxKxHxT, values_LxBxKxTxH
-

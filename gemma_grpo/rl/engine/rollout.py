@@ -232,11 +232,17 @@ def _decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, f
   t) (sampling.sample_keys), from its own logits only: its tokens and
   log-probs do not depend on its slot or on when it started.
 
+  Each slot holds a copy of its sample's prompt keys and values, copied in
+  when it takes the sample (steps with refills only), so a step reads one
+  prompt per row without gathering; a per-step gather of every row's
+  prompt cost up to 1.3x a lockstep step of the 270M on a 2-core CPU
+  (docs/results/continuous_batching/prompt_reads.txt).
+
   Returns ([N, T] tokens, zeros after a stop; [N, T] or [N, 1] log-probs;
   unproved screen steps; decode steps run; slots refilled).
   """
   samples = first_N.shape[0]
-  prompt_keys_LxUxKxHxP = prompt_cache[0]
+  prompt_keys_LxUxKxHxP, prompt_values_LxUxKxPxH = prompt_cache
   layers, _, kv_heads, head_dim, _ = prompt_keys_LxUxKxHxP.shape
   dtype = prompt_keys_LxUxKxHxP.dtype
   keys_LxSxKxHxT = jnp.zeros((layers, slots, kv_heads, head_dim, new_tokens), dtype)
@@ -252,23 +258,29 @@ def _decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, f
   # sample_S == samples marks an idle slot (its writes are dropped).
   sample_S = jnp.where(slot_S < num_live, queue_N[slot_S], samples)
   t_S = jnp.ones(slots, jnp.int32)  # the completion slot each sample's next token fills
+
+  def prompts_of(sample_S):
+    """Each slot's prompt keys, values and valid mask, for the samples it holds."""
+    prompt_S = jnp.minimum(sample_S, samples - 1) // rows_per_prompt
+    return (prompt_keys_LxUxKxHxP[:, prompt_S], prompt_values_LxUxKxPxH[:, prompt_S],
+            valid_UxP[prompt_S])
+
   zero = jnp.int32(0)
   carry = (tokens_NxT, logps_NxT, sample_S, t_S, jnp.minimum(slots, num_live), keys_LxSxKxHxT,
-           values_LxSxKxTxH, zero, zero, zero)
+           values_LxSxKxTxH, prompts_of(sample_S), zero, zero, zero)
 
   def step(carry):
     (tokens_NxT, logps_NxT, sample_S, t_S, next_pending, keys_LxSxKxHxT, values_LxSxKxTxH,
-     full_heads, steps, refills) = carry
+     slot_prompts, full_heads, steps, refills) = carry
     active_S = sample_S < samples
     row_S = jnp.minimum(sample_S, samples - 1)
     x_SxD = (embed_VxD[tokens_NxT[row_S, t_S - 1]]
              * jnp.sqrt(embed_VxD.shape[-1]).astype(embed_VxD.dtype))
     position_S = next_position_N[row_S] + t_S - 1
-    prompt_S = row_S // rows_per_prompt
     for layer, (w, shape) in enumerate(zip(weights, shapes)):
       x_SxD, keys_LxSxKxHxT, values_LxSxKxTxH = decode_layers.decode_layer(
-          w, shape, layer, x_SxD, position_S, t_S - 1, prompt_cache, valid_UxP, keys_LxSxKxHxT,
-          values_LxSxKxTxH, prompt_B=prompt_S)
+          w, shape, layer, x_SxD, position_S, t_S - 1, slot_prompts[:2], slot_prompts[2],
+          keys_LxSxKxHxT, values_LxSxKxTxH, per_row=True)
     normed_SxD = decode_layers.rms_norm(x_SxD, final_norm_D)
     step_keys_S = jax.vmap(jax.random.fold_in)(keys_N[row_S], t_S)
     if screen_width:
@@ -290,16 +302,25 @@ def _decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, f
     pending_S = next_pending + jnp.cumsum(ended_S) - 1
     taken_S = jnp.where(pending_S < num_live, queue_N[jnp.minimum(pending_S, samples - 1)],
                         samples)
-    refills += jnp.sum(ended_S & (taken_S < samples))
+    refilled_S = ended_S & (taken_S < samples)
+    refills += jnp.sum(refilled_S)
     sample_S = jnp.where(ended_S, taken_S, sample_S)
     t_S = jnp.where(ended_S, 1, jnp.where(active_S, t_S + 1, t_S))
+
+    def copy_prompts(slot_prompts):  # the refilled slots take their new samples' prompts
+      new_prompts = prompts_of(sample_S)
+      return tuple(jnp.where(refilled_S.reshape((1, -1) + (1,) * (old.ndim - 2)) if old.ndim > 2
+                             else refilled_S[:, None], new, old)
+                   for new, old in zip(new_prompts, slot_prompts))
+
+    slot_prompts = jax.lax.cond(jnp.any(refilled_S), copy_prompts, lambda x: x, slot_prompts)
     return (tokens_NxT, logps_NxT, sample_S, t_S, next_pending + jnp.sum(ended_S),
-            keys_LxSxKxHxT, values_LxSxKxTxH, full_heads, steps + 1, refills)
+            keys_LxSxKxHxT, values_LxSxKxTxH, slot_prompts, full_heads, steps + 1, refills)
 
   def more(carry):
     return jnp.any(carry[2] < samples)
 
-  tokens_NxT, logps_NxT, _, _, _, _, _, full_heads, steps, refills = jax.lax.while_loop(
+  tokens_NxT, logps_NxT, _, _, _, _, _, _, full_heads, steps, refills = jax.lax.while_loop(
       more, step, carry)
   return tokens_NxT, logps_NxT, full_heads, steps, refills
 
