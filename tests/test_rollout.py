@@ -12,6 +12,7 @@ from tunix.rl.rollout import base_rollout
 
 from conftest import device_mesh
 from configs import tiny
+from gemma_grpo.rl.engine import continuous
 from gemma_grpo.rl.engine import decode_layers
 from gemma_grpo.rl.engine import lm_head_screen
 from gemma_grpo.rl.learner import logprobs
@@ -327,11 +328,11 @@ def test_occupancy_counts_the_slot_steps_that_made_kept_tokens(tiny_setup):
       max(min(n, MAX_NEW - 1) for n in lengths), len(GROUPED), kept, 0)
   slotted = with_slots(engine, actor, tokenizer, mesh, 2)
   generate(slotted, mesh, GROUPED, eos_tokens=[stop])
-  [continuous] = slotted.take_decode_stats()
-  assert continuous.kept == kept and continuous.slots == 2
-  # Two slots idle only while the last sample runs alone: at most one step each.
-  assert kept <= continuous.steps * 2 <= kept + 2 * (MAX_NEW - 1)
-  assert (continuous.kept / (continuous.steps * continuous.slots)
+  [slot_stats] = slotted.take_decode_stats()
+  assert slot_stats.kept == kept and slot_stats.slots == 2
+  # A slot idles only once no sample waits: at most the last sample's steps.
+  assert kept <= slot_stats.steps * 2 <= kept + 2 * (MAX_NEW - 1)
+  assert (slot_stats.kept / (slot_stats.steps * slot_stats.slots)
           > lockstep.kept / (lockstep.steps * lockstep.slots))
 
 
@@ -342,10 +343,10 @@ def test_continuous_batching_compiles_its_loop_once_across_steps(tiny_setup):
            for _ in range(2)]
   sampling = dict(SAMPLINGS["top-k 50"], return_logprobs=True)
   generate(slotted, mesh, GROUPED, **sampling)
-  compiled = rollout._decode_slots._cache_size()  # pylint: disable=protected-access
+  compiled = continuous.decode_slots._cache_size()  # pylint: disable=protected-access
   for step, texts in enumerate((other, GROUPED, other)):
     generate(slotted, mesh, texts, **dict(sampling, seed=jax.random.PRNGKey(10 + step)))
-  assert rollout._decode_slots._cache_size() == compiled  # pylint: disable=protected-access
+  assert continuous.decode_slots._cache_size() == compiled  # pylint: disable=protected-access
 
 
 def test_continuous_batching_refuses_tools_and_negative_slots(tiny_setup):
@@ -355,3 +356,4 @@ def test_continuous_batching_refuses_tools_and_negative_slots(tiny_setup):
   with pytest.raises(ValueError, match="does not run tool calls yet"):
     rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, slots=2,
                            tool_runner=object(), max_tool_calls=2)
+

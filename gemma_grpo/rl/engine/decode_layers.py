@@ -222,7 +222,7 @@ def _decode_rows_attention(w: LayerWeights, shape: LayerShape, layer: int, x_BxD
 
   `prompt_cache` holds each row's prompt ([L, B, K, H, P] keys, [L, B, K, P, H]
   values: the engine copies a prompt's in when a row takes a new sample,
-  rollout._decode_slots), so a row reads only its own, in a dot batched over
+  continuous.decode_slots), so a row reads only its own, in a dot batched over
   rows whose result does not depend on the other rows. Each row writes its
   key and value at its own slot (a scatter, in place in the decode loop);
   slots past t_B[b] may hold an earlier sample's: the mask hides them.

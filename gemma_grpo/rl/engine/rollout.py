@@ -61,6 +61,7 @@ from tunix.rl.rollout import base_rollout
 from gemma_grpo import config as config_lib
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import tokenizer as tokenizer_lib
+from gemma_grpo.rl.engine import continuous
 from gemma_grpo.rl.engine import decode_dots
 from gemma_grpo.rl.engine import decode_layers
 from gemma_grpo.rl.engine import lm_head_screen
@@ -83,7 +84,7 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
   Its cache holds only the prompt's slots, so one program serves every
   completion length. With `per_sample_keys` (continuous batching) row b's
   first token is drawn with fold_in(sample_keys(rng)[b], 0), as
-  _decode_slots draws its later ones.
+  continuous.decode_slots draws its later ones.
   """
   model = nnx.merge(graphdef, state)
   num_prompts, prompt_width = prompt_ids_UxP.shape
@@ -216,115 +217,6 @@ def _decode(weights, embed_VxD, head_VxD, screen, final_norm_D, first_B, first_l
   return tokens_BxT, logps_BxT, full_heads
 
 
-@functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps",
-                                             "screen_width", "slots", "rows_per_prompt"))
-def _decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, first_logp_N,
-                  prompt_cache, next_position_N, valid_UxP, stop_ids, rng, *, shapes, new_tokens,
-                  sampling, with_logps, screen_width, slots, rows_per_prompt):
-  """Continuous batching: `_decode`'s tokens for N samples decoded in `slots` rows.
-
-  Each slot holds one sample at a time at its own completion slot t_S; when
-  a sample stops (a stop token, or slot new_tokens - 1), its slot takes the
-  next pending sample in the same step, so no slot idles while samples wait.
-  Samples are taken in index order (samples whose prefill token already
-  ended them never take a slot); they finish out of order. Sample n (of
-  prompt n // rows_per_prompt) draws token t with fold_in(fold_in(rng, n),
-  t) (sampling.sample_keys), from its own logits only: its tokens and
-  log-probs do not depend on its slot or on when it started.
-
-  Each slot holds a copy of its sample's prompt keys and values, copied in
-  when it takes the sample (steps with refills only), so a step reads one
-  prompt per row without gathering; a per-step gather of every row's
-  prompt cost up to 1.3x a lockstep step of the 270M on a 2-core CPU
-  (docs/results/continuous_batching/prompt_reads.txt).
-
-  Returns ([N, T] tokens, zeros after a stop; [N, T] or [N, 1] log-probs;
-  unproved screen steps; decode steps run; slots refilled).
-  """
-  samples = first_N.shape[0]
-  prompt_keys_LxUxKxHxP, prompt_values_LxUxKxPxH = prompt_cache
-  layers, _, kv_heads, head_dim, _ = prompt_keys_LxUxKxHxP.shape
-  dtype = prompt_keys_LxUxKxHxP.dtype
-  keys_LxSxKxHxT = jnp.zeros((layers, slots, kv_heads, head_dim, new_tokens), dtype)
-  values_LxSxKxTxH = jnp.zeros((layers, slots, kv_heads, new_tokens, head_dim), dtype)
-  tokens_NxT = jnp.zeros((samples, new_tokens), jnp.int32).at[:, 0].set(first_N)
-  logps_NxT = jnp.zeros((samples, new_tokens if with_logps else 1), jnp.float32)
-  logps_NxT = logps_NxT.at[:, 0].set(first_logp_N)
-  keys_N = sampling_lib.sample_keys(rng, samples)
-  live_N = ~jnp.isin(first_N, stop_ids) & (new_tokens > 1)
-  queue_N = jnp.argsort(~live_N, stable=True)  # live samples first, in index order
-  num_live = jnp.sum(live_N)
-  slot_S = jnp.arange(slots)
-  # sample_S == samples marks an idle slot (its writes are dropped).
-  sample_S = jnp.where(slot_S < num_live, queue_N[slot_S], samples)
-  t_S = jnp.ones(slots, jnp.int32)  # the completion slot each sample's next token fills
-
-  def prompts_of(sample_S):
-    """Each slot's prompt keys, values and valid mask, for the samples it holds."""
-    prompt_S = jnp.minimum(sample_S, samples - 1) // rows_per_prompt
-    return (prompt_keys_LxUxKxHxP[:, prompt_S], prompt_values_LxUxKxPxH[:, prompt_S],
-            valid_UxP[prompt_S])
-
-  zero = jnp.int32(0)
-  carry = (tokens_NxT, logps_NxT, sample_S, t_S, jnp.minimum(slots, num_live), keys_LxSxKxHxT,
-           values_LxSxKxTxH, prompts_of(sample_S), zero, zero, zero)
-
-  def step(carry):
-    (tokens_NxT, logps_NxT, sample_S, t_S, next_pending, keys_LxSxKxHxT, values_LxSxKxTxH,
-     slot_prompts, full_heads, steps, refills) = carry
-    active_S = sample_S < samples
-    row_S = jnp.minimum(sample_S, samples - 1)
-    x_SxD = (embed_VxD[tokens_NxT[row_S, t_S - 1]]
-             * jnp.sqrt(embed_VxD.shape[-1]).astype(embed_VxD.dtype))
-    position_S = next_position_N[row_S] + t_S - 1
-    for layer, (w, shape) in enumerate(zip(weights, shapes)):
-      x_SxD, keys_LxSxKxHxT, values_LxSxKxTxH = decode_layers.decode_layer(
-          w, shape, layer, x_SxD, position_S, t_S - 1, slot_prompts[:2], slot_prompts[2],
-          keys_LxSxKxHxT, values_LxSxKxTxH, per_row=True)
-    normed_SxD = decode_layers.rms_norm(x_SxD, final_norm_D)
-    step_keys_S = jax.vmap(jax.random.fold_in)(keys_N[row_S], t_S)
-    if screen_width:
-      top_SxK, ids_SxK, proved = lm_head_screen.screened_top(
-          normed_SxD, head_VxD, *screen, 1 if sampling.greedy else sampling.top_k, screen_width,
-          sampling.temperature)
-      full_heads += 1 - proved.astype(jnp.int32)
-      token_S = (ids_SxK[:, 0].astype(jnp.int32) if sampling.greedy
-                 else sampling_lib.draw_rows(top_SxK, ids_SxK, step_keys_S, sampling))
-    else:
-      logits_SxV = decode_dots.head_logits(normed_SxD, head_VxD)
-      token_S = sampling_lib.sample_rows(logits_SxV, step_keys_S, sampling)
-      if with_logps:
-        logps_NxT = logps_NxT.at[sample_S, t_S].set(
-            sampling_lib.token_logps(logits_SxV, token_S, sampling), mode="drop")
-    tokens_NxT = tokens_NxT.at[sample_S, t_S].set(token_S, mode="drop")
-    # Ended samples hand their slots to the next pending ones, in slot order.
-    ended_S = active_S & (jnp.isin(token_S, stop_ids) | (t_S + 1 >= new_tokens))
-    pending_S = next_pending + jnp.cumsum(ended_S) - 1
-    taken_S = jnp.where(pending_S < num_live, queue_N[jnp.minimum(pending_S, samples - 1)],
-                        samples)
-    refilled_S = ended_S & (taken_S < samples)
-    refills += jnp.sum(refilled_S)
-    sample_S = jnp.where(ended_S, taken_S, sample_S)
-    t_S = jnp.where(ended_S, 1, jnp.where(active_S, t_S + 1, t_S))
-
-    def copy_prompts(slot_prompts):  # the refilled slots take their new samples' prompts
-      new_prompts = prompts_of(sample_S)
-      return tuple(jnp.where(refilled_S.reshape((1, -1) + (1,) * (old.ndim - 2)) if old.ndim > 2
-                             else refilled_S[:, None], new, old)
-                   for new, old in zip(new_prompts, slot_prompts))
-
-    slot_prompts = jax.lax.cond(jnp.any(refilled_S), copy_prompts, lambda x: x, slot_prompts)
-    return (tokens_NxT, logps_NxT, sample_S, t_S, next_pending + jnp.sum(ended_S),
-            keys_LxSxKxHxT, values_LxSxKxTxH, slot_prompts, full_heads, steps + 1, refills)
-
-  def more(carry):
-    return jnp.any(carry[2] < samples)
-
-  tokens_NxT, logps_NxT, _, _, _, _, _, _, full_heads, steps, refills = jax.lax.while_loop(
-      more, step, carry)
-  return tokens_NxT, logps_NxT, full_heads, steps, refills
-
-
 # Multi-turn decoding (tool calls): the same loop, resumed by the host after
 # each pause with the carry donated, so the caches are updated in place.
 _decode_turn_start = jax.jit(_decode_start, static_argnames=("new_tokens", "with_logps"))
@@ -381,7 +273,7 @@ class GroupedRollout(base_rollout.BaseRollout):
       slots: rollout.slots: 0 decodes every completion of a call together
         until the longest ends (lockstep); N > 0 keeps N rows busy, each
         taking the next pending completion when its own ends (continuous
-        batching, _decode_slots), with at most as many rows as completions.
+        batching, continuous.py), with at most as many rows as completions.
 
     Raises:
       TypeError: `rollout_actor` is not a gemma3_rl.Gemma3.
@@ -568,11 +460,11 @@ class GroupedRollout(base_rollout.BaseRollout):
                   sampling: sampling_lib.Sampling, with_logps: bool, screen_width: int,
                   slots: int = 0, rows_per_prompt: int = 1):
     """(the jitted decode loop, its arguments, its keywords), fed what the prefill returned;
-    with `slots`, the continuous-batching loop of that many rows (_decode_slots)."""
+    with `slots`, the continuous-batching loop of that many rows (continuous.py)."""
     (weights, head_VxD, screen, first_B, first_logp_B, prompt_cache, next_position_B,
      valid_UxP) = prefilled
     embed_VxD = self._model.embedder.input_embedding.get_value()
-    return _decode_slots if slots else _decode, (
+    return continuous.decode_slots if slots else _decode, (
         weights, embed_VxD, embed_VxD if head_VxD is None else head_VxD, screen,
         self._model.final_norm.scale.get_value(), first_B, first_logp_B, prompt_cache,
         next_position_B, valid_UxP, stop_ids, rng), dict(

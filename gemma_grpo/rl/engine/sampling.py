@@ -43,7 +43,7 @@ def sample_tokens(logits_BxV, key, sampling: Sampling):
 def sample_keys(rng, samples: int):
   """Sample n's key, fold_in(rng, n): continuous batching draws each sample's
   token t with fold_in(its key, t), so a completion never depends on the slot
-  it ran in or on when it started (rollout._decode_slots)."""
+  it ran in or on when it started (continuous.decode_slots)."""
   return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(rng, jnp.arange(samples))
 
 
