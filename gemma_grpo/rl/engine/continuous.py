@@ -27,8 +27,8 @@ from gemma_grpo.rl.engine import sampling as sampling_lib
 @functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps",
                                              "screen_width", "slots", "rows_per_prompt"))
 def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, first_logp_N,
-                  prompt_cache, next_position_N, valid_UxP, stop_ids, rng, *, shapes, new_tokens,
-                  sampling, with_logps, screen_width, slots, rows_per_prompt):
+                 prompt_cache, next_position_N, valid_UxP, stop_ids, rng, *, shapes, new_tokens,
+                 sampling, with_logps, screen_width, slots, rows_per_prompt):
   """rollout._decode's tokens for N samples, decoded in `slots` rows.
 
   Each slot holds one sample at a time at its own completion slot t_S; when
@@ -41,10 +41,10 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
   log-probs do not depend on its slot or on when it started.
 
   Each slot holds a copy of its sample's prompt keys and values, copied in
-  when it takes the sample (steps with refills only), so a step reads one
-  prompt per row without gathering; a per-step gather of every row's
-  prompt cost up to 1.3x a lockstep step of the 270M on a 2-core CPU
-  (docs/results/continuous_batching/prompt_reads.txt).
+  when it takes the sample (steps with refills only), so a step reads each
+  row's prompt once instead of gathering it again. Either way every row
+  reads its own prompt where lockstep's G rows share one read: the slot
+  loop's main extra cost per step (docs/results/continuous_batching/prompt_reads.txt).
 
   Returns ([N, T] tokens, zeros after a stop; [N, T] or [N, 1] log-probs;
   unproved screen steps; decode steps run; slots refilled).
@@ -116,10 +116,12 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
     t_S = jnp.where(ended_S, 1, jnp.where(active_S, t_S + 1, t_S))
 
     def copy_prompts(slot_prompts):  # the refilled slots take their new samples' prompts
-      new_prompts = prompts_of(sample_S)
-      return tuple(jnp.where(refilled_S.reshape((1, -1) + (1,) * (old.ndim - 2)) if old.ndim > 2
-                             else refilled_S[:, None], new, old)
-                   for new, old in zip(new_prompts, slot_prompts))
+      keys_LxSxKxHxP, values_LxSxKxPxH, valid_SxP = slot_prompts
+      new_keys, new_values, new_valid = prompts_of(sample_S)
+      by_slot = refilled_S[None, :, None, None, None]
+      return (jnp.where(by_slot, new_keys, keys_LxSxKxHxP),
+              jnp.where(by_slot, new_values, values_LxSxKxPxH),
+              jnp.where(refilled_S[:, None], new_valid, valid_SxP))
 
     slot_prompts = jax.lax.cond(jnp.any(refilled_S), copy_prompts, lambda x: x, slot_prompts)
     return (tokens_NxT, logps_NxT, sample_S, t_S, next_pending + jnp.sum(ended_S),
