@@ -31,7 +31,7 @@ LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
 HOMES = {
     "rl.run": {"rl.learner", "rl.engine", "rl.eval"},  # training_run, cluster, step_hooks, trainers, optim
     "rl.eval": {"rl.engine"},  # evaluation, generation, scoring, heldout, targets, reports, problem_sets
-    "rl.engine": set(),  # rollout, decode_layers, decode_dots, lm_head_screen, sampling, multi_turn
+    "rl.engine": set(),  # rollout, continuous, decode_layers, decode_dots, lm_head_screen, sampling, multi_turn
     "rl.learner": set(),  # learner, losses, logprobs, algorithms, dynamic_sampling, batch_logps, ...
     "sft": {"rl.learner", "rl.run"},
 }

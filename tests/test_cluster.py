@@ -96,7 +96,8 @@ def test_rollout_engine_picks_tunix_or_ours(engine, want):
     assert picked.keywords == {"lora_scale": tiny.lora.alpha / tiny.lora.rank,
                                "decode_dtype": tiny.rollout.decode_dtype,
                                "screen_lm_head": tiny.rollout.screen_lm_head,
-                               "tool_runner": None, "max_tool_calls": tiny.rollout.max_tool_calls}
+                               "tool_runner": None, "max_tool_calls": tiny.rollout.max_tool_calls,
+                               "slots": 0}
 
 
 def test_the_rollout_engine_decodes_in_the_configured_dtype():

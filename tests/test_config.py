@@ -118,6 +118,24 @@ def test_validation_names_field_value_and_fix(tiny, field, value, needle):
   assert any(needle in line for line in lines), lines
 
 
+@pytest.mark.parametrize("overrides, needle", [
+    (dict(slots=-1), "rollout.slots=-1: must be >= 0 (0 = lockstep decoding)"),
+    # tiny: train.batch_size 2 x grpo.num_generations 2 completions a step.
+    (dict(slots=5), "rollout.slots=5: must be <= the step's completions, train.batch_size x"
+                    " grpo.num_generations = 4; set --config.rollout.slots=4 or lower"),
+    (dict(slots=2, engine="tunix"), "rollout.slots=2 needs rollout.engine='grouped'"),
+    (dict(slots=2, tools="calculator"),
+     "rollout.slots=2 cannot run rollout.tools='calculator' yet; set --config.rollout.slots=0"),
+])
+def test_continuous_batching_slots_are_checked_in_one_line_naming_the_fix(tiny, overrides,
+                                                                          needle):
+  tiny.rollout.slots = 4
+  config_lib.validate(tiny, num_devices=1)  # as many slots as completions is fine
+  tiny.rollout.update(overrides)
+  lines = _invalid(tiny)
+  assert any(needle in line for line in lines), lines
+
+
 def test_tools_need_the_grouped_engine(tiny):
   tiny.rollout.engine = "tunix"
   config_lib.validate(tiny, num_devices=1)  # no tools: Tunix's sampler is fine

@@ -33,6 +33,7 @@ DIAGNOSTICS = (
     "diagnostics/train/advantage/abs_mean", "diagnostics/train/advantage/max",
     "diagnostics/train/advantage/min", "diagnostics/train/advantage/nonzero_frac",
     "perf/train/rollout_tokens_per_second", "perf/train/step_seconds",
+    "rollout/train/occupancy", "rollout/train/decode_steps",
 )
 DAPO = ("--config.grpo.beta=0", "--config.grpo.overlong_buffer=4",
         "--config.grpo.dynamic_sampling=true", "--config.grpo.max_resample_rounds=1")
@@ -62,6 +63,7 @@ def test_tiny_config_trains_two_steps_and_logs_diagnostics(request, tmp_path, al
     # The tiny random model is near-uniform over Gemma's 262,144 tokens.
     assert row["actor/train/entropy"] == pytest.approx(np.log(262144), abs=0.1)
     assert 0 <= row["diagnostics/train/zero_std_frac"] <= 1
+    assert 0 < row["rollout/train/occupancy"] <= 1
   if algorithm == "dapo":
     for row in rows:
       assert row["diagnostics/train/dynamic_sampling/extra_rounds"] <= 1

@@ -13,6 +13,7 @@ from tunix.rl.rollout import base_rollout
 from conftest import device_mesh
 from configs import tiny
 from gemma_grpo.config import settings
+from gemma_grpo.rl.engine import continuous
 from gemma_grpo.rl.engine import decode_layers
 from gemma_grpo.rl.engine import lm_head_screen
 from gemma_grpo.rl.learner import logprobs
@@ -240,3 +241,121 @@ def test_an_unknown_screen_setting_is_refused_and_auto_follows_the_cpu(tiny_setu
   half = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, decode_dtype="bfloat16",
                                 screen_lm_head="on")
   assert not half._screen  # pylint: disable=protected-access
+
+
+# --- continuous batching (rollout.slots) --------------------------------------
+
+SAMPLINGS = {
+    "greedy": dict(),
+    "top-k 50": dict(temperature=0.9, top_p=1.0, top_k=50, seed=jax.random.PRNGKey(4)),
+    "top-p 0.9": dict(temperature=1.1, top_p=0.9, top_k=None, seed=jax.random.PRNGKey(7)),
+}
+
+
+def with_slots(engine, actor, tokenizer, mesh, slots, **kwargs):
+  return rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=engine._lora_scale,  # pylint: disable=protected-access
+                                slots=slots, **kwargs)
+
+
+def uneven_stop(engine, mesh):
+  """A stop token that ends the greedy completions at different lengths (some never)."""
+  free = [t.tolist() for t in generate(engine, mesh, GROUPED).tokens]
+  return free[0][3]
+
+
+@pytest.mark.parametrize("sampling", SAMPLINGS.values(), ids=SAMPLINGS.keys())
+@pytest.mark.parametrize("slots", [2, 4])
+def test_continuous_batching_draws_every_completion_as_without_refills(tiny_setup, sampling,
+                                                                      slots):
+  # 6 completions in fewer slots: slots are refilled, samples start at
+  # different steps and sit in different slots than with 6 slots, which
+  # never refill; each completion's tokens and log-probs must not notice.
+  mesh, actor, tokenizer, engine = tiny_setup
+  for stops in (NO_STOP, [uneven_stop(engine, mesh)]):
+    kwargs = dict(sampling, eos_tokens=stops, return_logprobs=True)
+    every = with_slots(engine, actor, tokenizer, mesh, len(GROUPED))
+    want = generate(every, mesh, GROUPED, **kwargs)
+    assert every.take_decode_stats()[0].refills == 0
+    few = with_slots(engine, actor, tokenizer, mesh, slots)
+    got = generate(few, mesh, GROUPED, **kwargs)
+    [stats] = few.take_decode_stats()
+    assert stats.slots == slots and stats.refills >= len(GROUPED) - slots
+    assert [t.tolist() for t in got.tokens] == [t.tolist() for t in want.tokens]
+    for got_logps, want_logps in zip(got.logprobs, want.logprobs):
+      np.testing.assert_array_equal(got_logps, want_logps)
+    np.testing.assert_array_equal(got.left_padded_prompt_tokens, want.left_padded_prompt_tokens)
+  if sampling:  # rows of a group still draw their own tokens
+    assert got.tokens[0].tolist() != got.tokens[1].tolist()
+
+
+@pytest.mark.parametrize("window", [None, 5], ids=["global", "window-cuts-the-completion"])
+def test_greedy_continuous_batching_gives_the_lockstep_tokens(window):
+  # Two key/value heads and, in one case, a window of 5 that hides each
+  # completion's first keys from the 6th new token on: per-row positions
+  # and masks must match the lockstep engine's shared ones.
+  mesh = device_mesh()
+  overrides = dict(num_kv_heads=2) if window is None else dict(num_kv_heads=2,
+                                                               sliding_window=window)
+  actor, tokenizer, engine = build(mesh, **overrides)
+  stop = uneven_stop(engine, mesh)
+  for stops in (NO_STOP, [stop]):
+    want = [t.tolist() for t in generate(engine, mesh, GROUPED, eos_tokens=stops).tokens]
+    slotted = with_slots(engine, actor, tokenizer, mesh, 4)
+    assert [t.tolist() for t in generate(slotted, mesh, GROUPED, eos_tokens=stops).tokens] == want
+    assert slotted.take_decode_stats()[0].refills >= 2
+
+
+def test_continuous_batching_with_the_screened_head_draws_the_same_tokens(tiny_setup):
+  mesh, actor, tokenizer, engine = tiny_setup
+  for sampling in (dict(), SAMPLINGS["top-k 50"]):
+    off = with_slots(engine, actor, tokenizer, mesh, 3, screen_lm_head="off")
+    on = with_slots(engine, actor, tokenizer, mesh, 3, screen_lm_head="on")
+    want = [t.tolist() for t in generate(off, mesh, GROUPED, **sampling).tokens]
+    assert [t.tolist() for t in generate(on, mesh, GROUPED, **sampling).tokens] == want
+    assert on.full_head_steps == 0
+
+
+def test_occupancy_counts_the_slot_steps_that_made_kept_tokens(tiny_setup):
+  mesh, actor, tokenizer, engine = tiny_setup
+  stop = uneven_stop(engine, mesh)
+  engine.take_decode_stats()
+  out = generate(engine, mesh, GROUPED, eos_tokens=[stop])
+  lengths = [len(t) for t in out.tokens]
+  # A completion of n tokens ended by a stop took n decode steps (tokens
+  # 1..n-1 and the stop; token 0 is the prefill's); one cut at MAX_NEW took MAX_NEW - 1.
+  kept = sum(n if n < MAX_NEW else MAX_NEW - 1 for n in lengths)
+  assert len(set(lengths)) > 1 and kept < len(GROUPED) * (MAX_NEW - 1)
+  [lockstep] = engine.take_decode_stats()
+  assert (lockstep.steps, lockstep.slots, lockstep.kept, lockstep.refills) == (
+      max(min(n, MAX_NEW - 1) for n in lengths), len(GROUPED), kept, 0)
+  slotted = with_slots(engine, actor, tokenizer, mesh, 2)
+  generate(slotted, mesh, GROUPED, eos_tokens=[stop])
+  [slot_stats] = slotted.take_decode_stats()
+  assert slot_stats.kept == kept and slot_stats.slots == 2
+  # A slot idles only once no sample waits: at most the last sample's steps.
+  assert kept <= slot_stats.steps * 2 <= kept + 2 * (MAX_NEW - 1)
+  assert (slot_stats.kept / (slot_stats.steps * slot_stats.slots)
+          > lockstep.kept / (lockstep.steps * lockstep.slots))
+
+
+def test_continuous_batching_compiles_its_loop_once_across_steps(tiny_setup):
+  mesh, actor, tokenizer, engine = tiny_setup
+  slotted = with_slots(engine, actor, tokenizer, mesh, 3)
+  other = [prompts.render_prompt(q) for q in ("Add 5 and 9.", "Double 21.", "What is 7 - 2?")
+           for _ in range(2)]
+  sampling = dict(SAMPLINGS["top-k 50"], return_logprobs=True)
+  generate(slotted, mesh, GROUPED, **sampling)
+  compiled = continuous.decode_slots._cache_size()  # pylint: disable=protected-access
+  for step, texts in enumerate((other, GROUPED, other)):
+    generate(slotted, mesh, texts, **dict(sampling, seed=jax.random.PRNGKey(10 + step)))
+  assert continuous.decode_slots._cache_size() == compiled  # pylint: disable=protected-access
+
+
+def test_continuous_batching_refuses_tools_and_negative_slots(tiny_setup):
+  mesh, actor, tokenizer, _ = tiny_setup
+  with pytest.raises(ValueError, match="slots=-1: must be >= 0"):
+    rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, slots=-1)
+  with pytest.raises(ValueError, match="does not run tool calls yet"):
+    rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, slots=2,
+                           tool_runner=object(), max_tool_calls=2)
+

@@ -1,5 +1,7 @@
 """Tests for gemma_grpo.rl.learner.rollout_rounds: DAPO's overlong penalty, rows, diagnostics."""
 
+import types
+
 import numpy as np
 import pytest
 
@@ -64,3 +66,21 @@ def test_diagnostics_cover_every_round_and_the_trained_advantages():
   assert "tools/calls_per_completion" not in metrics
   assert "diagnostics/dynamic_sampling/dropped_groups" not in rollout_rounds.diagnostics(
       rounds, selection, [-1.0, 1.0], dynamic=False)
+
+
+def test_occupancy_is_the_kept_share_of_all_rounds_slot_steps():
+  # Round 1, lockstep: 4 rows x 10 steps, rows kept 10 + 2 + 3 + 5 tokens;
+  # round 2, 2 slots x 6 steps with 11 kept: (20 + 11) / (40 + 12).
+  stats = lambda steps, slots, kept, refills: types.SimpleNamespace(
+      steps=steps, slots=slots, kept=kept, refills=refills)
+  rounds = [a_round([0.0, 1.0], [1, 2], decode_stats=[stats(10, 4, 20, 0)]),
+            a_round([1.0, 3.0], [2, 2], decode_stats=[stats(6, 2, 11, 3)])]
+  selection = dynamic_sampling.Selection(picks=((0, 0),), extra_rounds=1, dropped=0,
+                                         padded=0, surplus=0, zero_std=0, rolled_out=2)
+  metrics = rollout_rounds.diagnostics(rounds, selection, [1.0, -1.0], dynamic=False)
+  value = {name: v for name, (v, _) in metrics.items()}
+  assert value["rollout/occupancy"] == pytest.approx(31 / 52)
+  assert (value["rollout/decode_steps"], value["rollout/refills"]) == (16, 3)
+  # Tunix's engine reports nothing: no occupancy then.
+  assert "rollout/occupancy" not in rollout_rounds.diagnostics(
+      [a_round([0.0, 1.0], [1, 2])], selection, [1.0, -1.0], dynamic=False)

@@ -147,6 +147,9 @@ print(json.dumps({{"code": code, **calls}}))
     # The default's programs, and held-out evals before step 1 and after steps
     # 2 and 3: one set of eval programs.
     ["--config.train.max_steps=3", "--config.eval.every_steps=2"],
+    # Continuous batching: 3 slots for tiny's 4 completions a step, so slots
+    # refill; the held-out eval's greedy rollout uses the slots too.
+    ["--config.train.max_steps=3", "--config.eval.every_steps=2", "--config.rollout.slots=3"],
 ])
 def test_nothing_compiles_after_the_first_step(tmp_path, overrides):
   # Every program JAX lowers once the first update is done, by name: a step

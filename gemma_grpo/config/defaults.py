@@ -152,6 +152,12 @@ def defaults() -> ml_collections.ConfigDict:
   # AMX; not an AVX512_BF16 CPU without AMX; not yet GPUs or TPUs, where it was
   # not measured). "on" / "off" force it.
   c.rollout.screen_lm_head = "auto"
+  # Continuous batching in the grouped engine: 0 = lockstep (a step's completions
+  # decode together until the longest ends); N > 0 = N decode rows kept busy, each
+  # taking the next waiting completion as soon as its own ends. A completion's
+  # tokens and log-probs do not depend on N (per-sample keys). N <= train.batch_size
+  # x grpo.num_generations; not with rollout.tools. When it pays: docs/configuration.md.
+  c.rollout.slots = 0
   # Tools the policy may call inside a completion, multi-turn
   # (gemma_grpo/rl/engine/multi_turn.py): built-in names ("calculator") or your own
   # "module:function", f(arguments: str) -> str, comma-separated; "" = none.

@@ -165,6 +165,7 @@ class RolloutSettings:
   engine: str  # grouped | tunix
   decode_dtype: str  # float32 | bfloat16
   screen_lm_head: str  # auto | on | off
+  slots: int  # rows decoded at once, refilled as samples end; 0 = lockstep
   tools: str  # built-in names or module:function, comma-separated; "" = none
   max_tool_calls: int  # per completion
   tool_time_limit: float  # seconds

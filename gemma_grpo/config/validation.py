@@ -173,6 +173,9 @@ def _batching_problems(c: ml_collections.ConfigDict) -> list[str]:
   _check(p, t.mini_batch_size >= 0 and t.batch_size >= 1 and t.batch_size % mini == 0,
          f"train.mini_batch_size={t.mini_batch_size}: must divide train.batch_size={t.batch_size} (0 = the whole batch)")
   updates = derived.updates_per_batch(c.train, c.grpo.num_iterations) if mini >= 1 and t.batch_size % mini == 0 else 1
+  completions = t.batch_size * g.num_generations
+  _check(p, c.rollout.slots <= completions,
+         f"rollout.slots={c.rollout.slots}: must be <= the step's completions, train.batch_size x grpo.num_generations = {completions}; set --config.rollout.slots={completions} or lower")
   if updates > 1:
     # Steps count updates; a checkpoint inside a batch could not be resumed exactly.
     why = " x ".join(part for part in (
@@ -201,6 +204,9 @@ def _rollout_problems(r: ml_collections.ConfigDict, eval_max_new_tokens: int) ->
   _check(p, not r.tools or r.engine == "grouped", f"rollout.tools={r.tools!r} needs rollout.engine='grouped' (Tunix's sampler cannot pause for a tool)")
   _check(p, r.max_tool_calls >= 1, f"rollout.max_tool_calls={r.max_tool_calls}: must be >= 1")
   _check(p, r.tool_time_limit > 0, f"rollout.tool_time_limit={r.tool_time_limit}: must be > 0 seconds")
+  _check(p, r.slots >= 0, f"rollout.slots={r.slots}: must be >= 0 (0 = lockstep decoding)")
+  _check(p, not r.slots or r.engine == "grouped", f"rollout.slots={r.slots} needs rollout.engine='grouped' (continuous batching is our engine's)")
+  _check(p, not r.slots or not r.tools, f"rollout.slots={r.slots} cannot run rollout.tools={r.tools!r} yet; set --config.rollout.slots=0 for tool calls")
   need = r.max_prompt_length + max(r.max_new_tokens, eval_max_new_tokens)
   _check(p, r.kv_cache_size >= need, f"rollout.kv_cache_size={r.kv_cache_size}: must hold max_prompt_length + max_new_tokens = {need}; set --config.rollout.kv_cache_size={need}")
   return p

@@ -122,7 +122,7 @@ def rms_norm(x, scale):
 
 
 def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position_B, t,
-                 prompt_cache, valid_UxP, keys_LxBxKxHxT, values_LxBxKxTxH):
+                 prompt_cache, valid_UxP, keys_LxBxKxHxT, values_LxBxKxTxH, per_row=False):
   """One token per row through one layer; writes its key/value at completion slot `t`.
 
   Attention reads two caches. The prompt's keys and values are held once
@@ -137,6 +137,11 @@ def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position
   copied four times per token. Keys are stored slots-minor ([H, S] per row):
   XLA:CPU's query-key dot reads that layout faster (bench/studies/engine_ab.py,
   docs/results/engine_ab/).
+
+  With `per_row` (continuous batching: rows are slots, each holding any
+  sample of any prompt, started at any step) `t` is per row ([B]: each row's
+  own completion slot) and `prompt_cache`, `valid_UxP` hold each row's own
+  prompt (U = B; _decode_rows_attention).
   """
   batch = x_BxD.shape[0]
   prompt_keys_LxUxKxHxP, prompt_values_LxUxKxPxH = prompt_cache
@@ -154,6 +159,11 @@ def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position
   query_BxNxH = rope(query_BxNxH[:, None], position_B[:, None])[:, 0] * shape.query_scale
   new_key_BxKxH = rope(new_key_BxKxH[:, None], position_B[:, None])[:, 0]
   dtype = keys_LxBxKxHxT.dtype
+  query_BxKxGxH = query_BxNxH.reshape(batch, k, heads, h)
+  if per_row:
+    return _decode_rows_attention(w, shape, layer, x_BxD, query_BxKxGxH, new_key_BxKxH,
+                                  kv_Bx2xKxH[:, 1], t, prompt_cache, valid_UxP,
+                                  keys_LxBxKxHxT, values_LxBxKxTxH)
   keys_LxBxKxHxT = jax.lax.dynamic_update_slice(
       keys_LxBxKxHxT, new_key_BxKxH[None, :, :, :, None].astype(dtype), (layer, 0, 0, 0, t))
   values_LxBxKxTxH = jax.lax.dynamic_update_slice(
@@ -177,7 +187,6 @@ def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position
     return (x_UxKxMxZ.reshape(prompts, k, rows_per_prompt, heads, z).transpose(0, 2, 1, 3, 4)
             .reshape(batch, k, heads, z))
 
-  query_BxKxGxH = query_BxNxH.reshape(batch, k, heads, h)
   prompt_logits_UxKxMxP = jnp.einsum("ukmh,ukhp->ukmp", by_prompt(query_BxKxGxH),
                                      prompt_keys_LxUxKxHxP[layer])
   prompt_logits_UxKxMxP = jnp.where(prompt_visible_UxP[:, None, None, :], prompt_logits_UxKxMxP,
@@ -191,12 +200,63 @@ def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position
       by_row(jnp.einsum("ukmp,ukph->ukmh", by_prompt(probs_BxKxGxS[..., :prompt_width]),
                         prompt_values_LxUxKxPxH[layer]))
       + jnp.einsum("bkgt,bkth->bkgh", probs_BxKxGxS[..., prompt_width:], values_LxBxKxTxH[layer]))
-  attended_BxNH = attended_BxKxGxH.reshape(batch, n * h)
+  return _output_and_mlp(w, x_BxD, attended_BxKxGxH), keys_LxBxKxHxT, values_LxBxKxTxH
+
+
+def _output_and_mlp(w: LayerWeights, x_BxD, attended_BxKxGxH):
+  """The rest of the layer after attention: output projection, then the MLP."""
+  batch = x_BxD.shape[0]
+  attended_BxNH = attended_BxKxGxH.reshape(batch, -1)
   x_BxD = x_BxD + rms_norm(decode_dots.project(attended_BxNH, w.out_DxNH), w.post_attn_norm_D)
 
   gate_up_Bx2F = decode_dots.project(rms_norm(x_BxD, w.ffw_norm_D), w.gate_up_2FxD)
   gate_BxF, up_BxF = jnp.split(gate_up_Bx2F, 2, axis=-1)
-  x_BxD = x_BxD + rms_norm(decode_dots.project(nnx.gelu(gate_BxF) * up_BxF, w.down_DxF),
-                           w.post_ffw_norm_D)
-  return x_BxD, keys_LxBxKxHxT, values_LxBxKxTxH
+  return x_BxD + rms_norm(decode_dots.project(nnx.gelu(gate_BxF) * up_BxF, w.down_DxF),
+                          w.post_ffw_norm_D)
 
+
+def _decode_rows_attention(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, query_BxKxGxH,
+                           new_key_BxKxH, new_value_BxKxH, t_B, prompt_cache, valid_BxP,
+                           keys_LxBxKxHxT, values_LxBxKxTxH):
+  """decode_layer for rows that each sit at their own slot t_B[b], with their own prompt.
+
+  `prompt_cache` holds each row's prompt ([L, B, K, H, P] keys, [L, B, K, P, H]
+  values: the engine copies a prompt's in when a row takes a new sample,
+  continuous.decode_slots), so a row reads only its own, in a dot batched over
+  rows whose result does not depend on the other rows. Each row writes its
+  key and value at its own slot (a scatter, in place in the decode loop);
+  slots past t_B[b] may hold an earlier sample's: the mask hides them.
+  """
+  batch = x_BxD.shape[0]
+  prompt_keys_LxBxKxHxP, prompt_values_LxBxKxPxH = prompt_cache
+  prompt_width = valid_BxP.shape[1]
+  new_tokens = keys_LxBxKxHxT.shape[-1]
+  dtype = keys_LxBxKxHxT.dtype
+  rows_B = jnp.arange(batch)
+  keys_LxBxKxHxT = keys_LxBxKxHxT.at[layer, rows_B, :, :, t_B].set(new_key_BxKxH.astype(dtype))
+  values_LxBxKxTxH = values_LxBxKxTxH.at[layer, rows_B, :, t_B, :].set(
+      new_value_BxKxH.astype(dtype))
+
+  slot_B = prompt_width + t_B  # each token's position in its prompt-then-completion sequence
+  prompt_visible_BxP = valid_BxP
+  new_visible_BxT = jnp.arange(new_tokens)[None, :] <= t_B[:, None]
+  if shape.window is not None:
+    prompt_visible_BxP &= jnp.arange(prompt_width)[None, :] > slot_B[:, None] - shape.window
+    new_visible_BxT &= (prompt_width + jnp.arange(new_tokens))[None, :] > (
+        slot_B[:, None] - shape.window)
+
+  prompt_logits_BxKxGxP = jnp.einsum("bkgh,bkhp->bkgp", query_BxKxGxH,
+                                     prompt_keys_LxBxKxHxP[layer])
+  prompt_logits_BxKxGxP = jnp.where(prompt_visible_BxP[:, None, None, :], prompt_logits_BxKxGxP,
+                                    gemma3.K_MASK)
+  new_logits_BxKxGxT = jnp.einsum("bkgh,bkht->bkgt", query_BxKxGxH, keys_LxBxKxHxT[layer])
+  new_logits_BxKxGxT = jnp.where(new_visible_BxT[:, None, None, :], new_logits_BxKxGxT,
+                                 gemma3.K_MASK)
+  probs_BxKxGxS = jax.nn.softmax(
+      jnp.concatenate([prompt_logits_BxKxGxP, new_logits_BxKxGxT], axis=-1), axis=-1)
+  probs_BxKxGxS = probs_BxKxGxS.astype(values_LxBxKxTxH.dtype)
+  attended_BxKxGxH = (
+      jnp.einsum("bkgp,bkph->bkgh", probs_BxKxGxS[..., :prompt_width],
+                 prompt_values_LxBxKxPxH[layer])
+      + jnp.einsum("bkgt,bkth->bkgh", probs_BxKxGxS[..., prompt_width:], values_LxBxKxTxH[layer]))
+  return _output_and_mlp(w, x_BxD, attended_BxKxGxH), keys_LxBxKxHxT, values_LxBxKxTxH

@@ -61,6 +61,7 @@ from tunix.rl.rollout import base_rollout
 from gemma_grpo import config as config_lib
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import tokenizer as tokenizer_lib
+from gemma_grpo.rl.engine import continuous
 from gemma_grpo.rl.engine import decode_dots
 from gemma_grpo.rl.engine import decode_layers
 from gemma_grpo.rl.engine import lm_head_screen
@@ -74,13 +75,16 @@ DECODE_DTYPES = {name: getattr(jnp, name) for name in config_lib.DECODE_DTYPES}
 
 
 @functools.partial(jax.jit, static_argnames=("lora_scale", "rows_per_prompt", "pad_id",
-                                             "sampling", "decode_dtype", "screened"))
+                                             "sampling", "decode_dtype", "screened",
+                                             "per_sample_keys"))
 def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_prompt, pad_id,
-             sampling, decode_dtype, screened):
+             sampling, decode_dtype, screened, per_sample_keys=False):
   """Distinct prompts through the policy once; first tokens and their log-probs; decode inputs.
 
   Its cache holds only the prompt's slots, so one program serves every
-  completion length.
+  completion length. With `per_sample_keys` (continuous batching) row b's
+  first token is drawn with fold_in(sample_keys(rng)[b], 0), as
+  continuous.decode_slots draws its later ones.
   """
   model = nnx.merge(graphdef, state)
   num_prompts, prompt_width = prompt_ids_UxP.shape
@@ -95,7 +99,12 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
       jnp.stack([cache[f"layer_{i}"]["v"].transpose(0, 2, 1, 3) for i in range(cfg.num_layers)]))
   repeat = functools.partial(jnp.repeat, repeats=rows_per_prompt, axis=0)
   logits_BxV = repeat(logits_Ux1xV[:, 0])
-  first_B = sampling_lib.sample_tokens(logits_BxV, jax.random.fold_in(rng, 0), sampling)
+  if per_sample_keys:
+    keys_B = sampling_lib.sample_keys(rng, logits_BxV.shape[0])
+    first_B = sampling_lib.sample_rows(
+        logits_BxV, jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys_B, 0), sampling)
+  else:
+    first_B = sampling_lib.sample_tokens(logits_BxV, jax.random.fold_in(rng, 0), sampling)
   dtype = DECODE_DTYPES[decode_dtype]
   # The float32 head is the model's own array: pass it through, do not copy it.
   embedding_VxD = model.embedder.input_embedding.get_value()
@@ -215,6 +224,18 @@ _decode_turn = jax.jit(_decode_loop, donate_argnums=(0,), static_argnames=(
     "shapes", "new_tokens", "sampling", "with_logps", "screen_width"))
 
 
+@dataclasses.dataclass(frozen=True)
+class DecodeStats:
+  """What one generate()'s decode loop did, for `rollout/occupancy`."""
+
+  steps: int  # decode steps run (the prefill's first tokens are not decode steps)
+  slots: int  # rows each step decoded: every completion in lockstep, rollout.slots otherwise
+  # Slot-steps whose token a completion kept, or the stop token that ended it;
+  # the others decoded a row that had already ended, or an idle slot.
+  kept: int
+  refills: int  # times a slot took a new sample after its last one ended
+
+
 def group_rows(prompts: Sequence[str]) -> tuple[list[int], int]:
   """(index of each run's first row, run length) if `prompts` is equal-length runs."""
   starts = [i for i in range(len(prompts)) if i == 0 or prompts[i] != prompts[i - 1]]
@@ -231,7 +252,8 @@ class GroupedRollout(base_rollout.BaseRollout):
 
   def __init__(self, rollout_actor, tokenizer, mesh=None, rollout_config=None, *,
                lora_scale: float, decode_dtype: str = "float32", screen_lm_head: str = "auto",
-               tool_runner: tools_lib.ToolRunner | None = None, max_tool_calls: int = 0):
+               tool_runner: tools_lib.ToolRunner | None = None, max_tool_calls: int = 0,
+               slots: int = 0):
     """An engine decoding with `rollout_actor`'s live weights.
 
     Args:
@@ -248,10 +270,15 @@ class GroupedRollout(base_rollout.BaseRollout):
       tool_runner: the tools completions may call (multi_turn.py), or None.
       max_tool_calls: calls per completion; 0 turns the tools off.
         `take_tool_turns` then says what the calls of a rollout did.
+      slots: rollout.slots: 0 decodes every completion of a call together
+        until the longest ends (lockstep); N > 0 keeps N rows busy, each
+        taking the next pending completion when its own ends (continuous
+        batching, continuous.py), with at most as many rows as completions.
 
     Raises:
       TypeError: `rollout_actor` is not a gemma3_rl.Gemma3.
-      ValueError: an unknown `decode_dtype` or `screen_lm_head`.
+      ValueError: an unknown `decode_dtype` or `screen_lm_head`, slots < 0,
+        or slots with tools.
     """
     del rollout_config  # each generate() call brings its own
     if not isinstance(rollout_actor, gemma3_rl.Gemma3):
@@ -280,6 +307,13 @@ class GroupedRollout(base_rollout.BaseRollout):
     self._max_tool_calls = max_tool_calls
     self._call_ends = None  # multi_turn.CallEnds on device, built at the first tool rollout
     self._tool_turns: list[multi_turn.RowTurns] = []
+    if slots < 0:
+      raise ValueError(f"slots={slots}: must be >= 0 (0 = lockstep decoding)")
+    if slots and self._tool_runner is not None:
+      # A tool pause stops the whole loop; slots would have to pause per sample.
+      raise ValueError("continuous batching (slots > 0) does not run tool calls yet")
+    self._slots = slots
+    self._decode_stats: list[DecodeStats] = []
 
   def tokenize(self, prompt: str) -> np.ndarray:
     """The ids Tunix's sampler feeds for `prompt` (<bos> once)."""
@@ -305,14 +339,19 @@ class GroupedRollout(base_rollout.BaseRollout):
     stop_ids = jnp.asarray(list(rollout_config.eos_tokens or [self.eos_id()]), jnp.int32)
     sampling, with_logps, screen_width = self.settings(rollout_config,
                                                        rollout_config.return_logprobs)
+    slots = min(self._slots, len(prompts))
     fn, args, kwargs = self.prefill_call(jnp.asarray(padded_BxP[starts]), rng,
                                          rows_per_prompt=rows_per_prompt, sampling=sampling,
-                                         screen_width=screen_width)
+                                         screen_width=screen_width, slots=slots)
     fn, args, kwargs = self.decode_call(
         fn(*args, **kwargs), stop_ids, rng, new_tokens=rollout_config.max_tokens_to_generate,
-        sampling=sampling, with_logps=with_logps, screen_width=screen_width)
+        sampling=sampling, with_logps=with_logps, screen_width=screen_width, slots=slots,
+        rows_per_prompt=rows_per_prompt)
     turns = None
-    if self._tool_runner is None:
+    steps = refills = None
+    if slots:
+      tokens_BxT, logps_BxT, full_heads, steps, refills = jax.device_get(fn(*args, **kwargs))
+    elif self._tool_runner is None:
       tokens_BxT, logps_BxT, full_heads = jax.device_get(fn(*args, **kwargs))
     else:
       turns, (tokens_BxT, logps_BxT, full_heads) = self._decode_with_tools(args, kwargs)
@@ -320,13 +359,19 @@ class GroupedRollout(base_rollout.BaseRollout):
     tokens_BxT, logps_BxT = np.asarray(tokens_BxT), np.asarray(logps_BxT)
     self.full_head_steps = int(full_heads)
     stops = np.asarray(stop_ids)
-    completions, logprobs_out = [], []
+    completions, logprobs_out, kept = [], [], 0
     for row, row_logps in zip(tokens_BxT, logps_BxT):
       # A tool result holds no stop token (multi_turn.ToolTurns drops them).
       hits = np.flatnonzero(np.isin(row, stops))
       end = hits[0] if hits.size else len(row)
       completions.append(row[:end])
       logprobs_out.append(row_logps[:end])
+      kept += int(min(end, len(row) - 1))  # tokens 1..end came from decode steps
+    if steps is None:
+      # Lockstep decodes every row until the last one's stop (or the limit).
+      steps = max(min(len(c), tokens_BxT.shape[1] - 1) for c in completions)
+    self._decode_stats.append(DecodeStats(steps=int(steps), slots=slots or len(prompts),
+                                          kept=kept, refills=int(refills or 0)))
     if turns is not None:
       self._tool_turns.extend(turns.rows([len(c) for c in completions]))
     return base_rollout.RolloutOutput(
@@ -379,6 +424,11 @@ class GroupedRollout(base_rollout.BaseRollout):
     turns, self._tool_turns = self._tool_turns, []
     return turns
 
+  def take_decode_stats(self) -> list[DecodeStats]:
+    """What the decode loop did in each generate() since the last call (see take_tool_turns)."""
+    stats, self._decode_stats = self._decode_stats, []
+    return stats
+
   @property
   def uses_tools(self) -> bool:
     return self._tool_runner is not None
@@ -398,25 +448,29 @@ class GroupedRollout(base_rollout.BaseRollout):
     return sampling, bool(with_logps), screen_width
 
   def prefill_call(self, prompt_ids_UxP, rng, *, rows_per_prompt: int,
-                   sampling: sampling_lib.Sampling, screen_width: int):
+                   sampling: sampling_lib.Sampling, screen_width: int, slots: int = 0):
     """(the jitted prefill, its arguments, its keywords) for the distinct prompts."""
     graphdef, state = nnx.split(self._model)
+    extra = dict(per_sample_keys=True) if slots else {}  # lockstep's program stays today's
     return _prefill, (graphdef, state, prompt_ids_UxP, rng), dict(
         lora_scale=self._lora_scale, rows_per_prompt=rows_per_prompt, pad_id=self.pad_id(),
-        sampling=sampling, decode_dtype=self._decode_dtype, screened=bool(screen_width))
+        sampling=sampling, decode_dtype=self._decode_dtype, screened=bool(screen_width), **extra)
 
   def decode_call(self, prefilled, stop_ids, rng, *, new_tokens: int,
-                  sampling: sampling_lib.Sampling, with_logps: bool, screen_width: int):
-    """(the jitted decode loop, its arguments, its keywords), fed what the prefill returned."""
+                  sampling: sampling_lib.Sampling, with_logps: bool, screen_width: int,
+                  slots: int = 0, rows_per_prompt: int = 1):
+    """(the jitted decode loop, its arguments, its keywords), fed what the prefill returned;
+    with `slots`, the continuous-batching loop of that many rows (continuous.py)."""
     (weights, head_VxD, screen, first_B, first_logp_B, prompt_cache, next_position_B,
      valid_UxP) = prefilled
     embed_VxD = self._model.embedder.input_embedding.get_value()
-    return _decode, (
+    return continuous.decode_slots if slots else _decode, (
         weights, embed_VxD, embed_VxD if head_VxD is None else head_VxD, screen,
         self._model.final_norm.scale.get_value(), first_B, first_logp_B, prompt_cache,
         next_position_B, valid_UxP, stop_ids, rng), dict(
             shapes=self._shapes, new_tokens=new_tokens, sampling=sampling,
-            with_logps=with_logps, screen_width=screen_width)
+            with_logps=with_logps, screen_width=screen_width,
+            **(dict(slots=slots, rows_per_prompt=rows_per_prompt) if slots else {}))
 
   def get_per_token_logps(self, prompt_tokens, completion_tokens):
     graphdef, state = nnx.split(self._model)

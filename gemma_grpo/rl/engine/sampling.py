@@ -40,6 +40,29 @@ def sample_tokens(logits_BxV, key, sampling: Sampling):
   return draw_from_top(top_logits_BxK, top_ids_BxK, key, sampling)
 
 
+def sample_keys(rng, samples: int):
+  """Sample n's key, fold_in(rng, n): continuous batching draws each sample's
+  token t with fold_in(its key, t), so a completion never depends on the slot
+  it ran in or on when it started (continuous.decode_slots)."""
+  return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(rng, jnp.arange(samples))
+
+
+def sample_rows(logits_BxV, keys_B, sampling: Sampling):
+  """`sample_tokens` with a key per row: row b's token depends only on its
+  logits and keys_B[b], not on the other rows or on its place among them."""
+  if sampling.greedy:
+    return sample_tokens(logits_BxV, None, sampling)
+  return jax.vmap(lambda logits_V, key: sample_tokens(logits_V[None], key, sampling)[0])(
+      logits_BxV, keys_B)
+
+
+def draw_rows(top_logits_BxK, top_ids_BxK, keys_B, sampling: Sampling):
+  """`draw_from_top` with a key per row, as `sample_rows`."""
+  return jax.vmap(lambda top_K, ids_K, key: draw_from_top(top_K[None], ids_K[None], key,
+                                                          sampling)[0])(
+      top_logits_BxK, top_ids_BxK, keys_B)
+
+
 def draw_from_top(top_logits_BxK, top_ids_BxK, key, sampling: Sampling):
   """Top-p over the sorted top-k logits (already divided by the temperature), then a draw."""
   probs_BxK = jax.nn.softmax(top_logits_BxK, axis=-1)

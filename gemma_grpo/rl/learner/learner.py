@@ -41,7 +41,8 @@ class Learner(tunix_learner.StepLearner):
   def __init__(self, *args, rollout_seed: int,
                refill_problems: Sequence[data_lib.Problem] | None = None,
                stop_text: str = "", updates_per_batch: int = 1,
-               sampler_logps: bool = False, tools: bool = False, **kwargs):
+               sampler_logps: bool = False, tools: bool = False,
+               decode_stats: bool = False, **kwargs):
     """A learner over `rl_cluster`, stepping with our rollout-and-advantage.
 
     Args:
@@ -58,6 +59,8 @@ class Learner(tunix_learner.StepLearner):
         own log-probs are the importance ratio's denominator.
       tools: completions call tools (rollout.tools): their results are masked
         out of the loss.
+      decode_stats: the engine (ours, rollout.engine="grouped") reports what
+        its decode loop did (`take_decode_stats`), logged as rollout/occupancy.
       **kwargs: passed on to GRPOLearner.
 
     Raises:
@@ -79,6 +82,7 @@ class Learner(tunix_learner.StepLearner):
     self._stop_text = stop_text
     # The engine's tool calls (rollout.tools): their results are masked out.
     self._tools = tools
+    self._decode_stats = decode_stats
     # Updates after a batch's first see samples of an older policy: they need
     # the sampling policy's log-probs for the importance ratio.
     self._off_policy = updates_per_batch > 1
@@ -114,6 +118,7 @@ class Learner(tunix_learner.StepLearner):
     seconds = time.perf_counter() - start
     n = len(out.tokens)
     turns = self.rl_cluster.rollout.take_tool_turns() if self._tools else None
+    decode_stats = self.rl_cluster.rollout.take_decode_stats() if self._decode_stats else None
     completion_ids = np.full((n, limit), pad, dtype=np.int32)
     tool_mask = np.zeros((n, limit), dtype=bool) if turns is not None else None
     lengths = np.zeros(n, dtype=np.int64)  # the model's own tokens
@@ -165,7 +170,7 @@ class Learner(tunix_learner.StepLearner):
       failed = np.array([t.failed_calls for t in turns])
     return rollout_rounds.Round(inputs, np.asarray(out.left_padded_prompt_tokens),
                                 completion_ids, lengths, truncated, rewards, fn_rewards, seconds,
-                                sample_logps, tool_mask, tool_calls, failed)
+                                sample_logps, tool_mask, tool_calls, failed, decode_stats)
 
   # --- the step between rollout and advantage (seam.tunix_learner) -----------
 

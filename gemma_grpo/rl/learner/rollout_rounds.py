@@ -34,6 +34,9 @@ class Round:
   tool_mask: np.ndarray | None = None
   tool_calls: np.ndarray | None = None  # [n] calls per completion
   failed_calls: np.ndarray | None = None  # [n] of them, those that returned an error
+  # What the engine's decode loop did, one entry per generate() call
+  # (rollout.DecodeStats: steps, slots, kept, refills); None from Tunix's engine.
+  decode_stats: Sequence | None = None
 
 
 def overlong_penalty(lengths, max_length: int, buffer: int, penalty: float) -> np.ndarray:
@@ -86,6 +89,17 @@ def diagnostics(rounds: Sequence[Round], selection: dynamic_sampling.Selection,
       "perf/rollout_seconds": (seconds, np.sum),
       "perf/rollout_tokens_per_second": (tokens / max(seconds, 1e-9), np.mean),
   }
+  if rounds[0].decode_stats is not None:
+    stats = [s for r in rounds for s in r.decode_stats]
+    slot_steps = sum(s.steps * s.slots for s in stats)
+    metrics.update({
+        # The share of decode slot-steps that made a token a completion kept:
+        # lockstep idles rows that ended while the longest goes on.
+        "rollout/occupancy": (sum(s.kept for s in stats) / slot_steps if slot_steps else 1.0,
+                              np.mean),
+        "rollout/decode_steps": (sum(s.steps for s in stats), np.sum),
+        "rollout/refills": (sum(s.refills for s in stats), np.sum),
+    })
   if rounds[0].tool_calls is not None:
     calls = np.concatenate([r.tool_calls for r in rounds])
     failed = np.concatenate([r.failed_calls for r in rounds])

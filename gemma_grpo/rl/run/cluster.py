@@ -130,7 +130,8 @@ def rollout_engine(r: settings.RolloutSettings, lora_s: settings.LoraSettings):
                            decode_dtype=r.decode_dtype,
                            screen_lm_head=r.screen_lm_head,
                            tool_runner=multi_turn.tool_runner(r),
-                           max_tool_calls=r.max_tool_calls)
+                           max_tool_calls=r.max_tool_calls,
+                           slots=r.slots)
 
 
 def training_config(c: settings.Settings, workdir, writer):

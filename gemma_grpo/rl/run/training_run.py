@@ -150,6 +150,7 @@ def _train(c: settings.Settings, start: Start, stop: guards.StopSignal) -> int:
       updates_per_batch=config_lib.updates_per_batch(c.train, c.grpo.num_iterations),
       sampler_logps=c.rollout.decode_dtype != "float32",
       tools=bool(c.rollout.tools),
+      decode_stats=c.rollout.engine == "grouped",
   )
   # Steps count updates: align Tunix's step counter with the restored one.
   cluster.global_steps = trainer.train_steps

@@ -1,0 +1,135 @@
+"""Continuous batching: the grouped engine's decode loop with a fixed number of busy rows.
+
+The lockstep loop (rollout._decode) decodes every completion of a call until
+the longest ends, so rows that ended early idle. Here (rollout.slots > 0) a
+fixed number of rows, slots, each hold one sample; when a sample ends its
+slot takes the next waiting one in the same step. Rows sit at their own
+completion slot and position, with their own prompt (decode_layers'
+per-row attention), and every sample draws with its own key.
+
+Shapes: N samples, S slots, U distinct prompts, P prompt width, T new tokens,
+L layers, K key/value heads, H head width, D model width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from gemma_grpo.rl.engine import decode_dots
+from gemma_grpo.rl.engine import decode_layers
+from gemma_grpo.rl.engine import lm_head_screen
+from gemma_grpo.rl.engine import sampling as sampling_lib
+
+
+@functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps",
+                                             "screen_width", "slots", "rows_per_prompt"))
+def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, first_logp_N,
+                 prompt_cache, next_position_N, valid_UxP, stop_ids, rng, *, shapes, new_tokens,
+                 sampling, with_logps, screen_width, slots, rows_per_prompt):
+  """rollout._decode's tokens for N samples, decoded in `slots` rows.
+
+  Each slot holds one sample at a time at its own completion slot t_S; when
+  a sample stops (a stop token, or slot new_tokens - 1), its slot takes the
+  next pending sample in the same step, so no slot idles while samples wait.
+  Samples are taken in index order (samples whose prefill token already
+  ended them never take a slot); they finish out of order. Sample n (of
+  prompt n // rows_per_prompt) draws token t with fold_in(fold_in(rng, n),
+  t) (sampling.sample_keys), from its own logits only: its tokens and
+  log-probs do not depend on its slot or on when it started.
+
+  Each slot holds a copy of its sample's prompt keys and values, copied in
+  when it takes the sample (steps with refills only), so a step reads each
+  row's prompt once instead of gathering it again. Either way every row
+  reads its own prompt where lockstep's G rows share one read: the slot
+  loop's main extra cost per step (docs/results/continuous_batching/prompt_reads.txt).
+
+  Returns ([N, T] tokens, zeros after a stop; [N, T] or [N, 1] log-probs;
+  unproved screen steps; decode steps run; slots refilled).
+  """
+  samples = first_N.shape[0]
+  prompt_keys_LxUxKxHxP, prompt_values_LxUxKxPxH = prompt_cache
+  layers, _, kv_heads, head_dim, _ = prompt_keys_LxUxKxHxP.shape
+  dtype = prompt_keys_LxUxKxHxP.dtype
+  keys_LxSxKxHxT = jnp.zeros((layers, slots, kv_heads, head_dim, new_tokens), dtype)
+  values_LxSxKxTxH = jnp.zeros((layers, slots, kv_heads, new_tokens, head_dim), dtype)
+  tokens_NxT = jnp.zeros((samples, new_tokens), jnp.int32).at[:, 0].set(first_N)
+  logps_NxT = jnp.zeros((samples, new_tokens if with_logps else 1), jnp.float32)
+  logps_NxT = logps_NxT.at[:, 0].set(first_logp_N)
+  keys_N = sampling_lib.sample_keys(rng, samples)
+  live_N = ~jnp.isin(first_N, stop_ids) & (new_tokens > 1)
+  queue_N = jnp.argsort(~live_N, stable=True)  # live samples first, in index order
+  num_live = jnp.sum(live_N)
+  slot_S = jnp.arange(slots)
+  # sample_S == samples marks an idle slot (its writes are dropped).
+  sample_S = jnp.where(slot_S < num_live, queue_N[slot_S], samples)
+  t_S = jnp.ones(slots, jnp.int32)  # the completion slot each sample's next token fills
+
+  def prompts_of(sample_S):
+    """Each slot's prompt keys, values and valid mask, for the samples it holds."""
+    prompt_S = jnp.minimum(sample_S, samples - 1) // rows_per_prompt
+    return (prompt_keys_LxUxKxHxP[:, prompt_S], prompt_values_LxUxKxPxH[:, prompt_S],
+            valid_UxP[prompt_S])
+
+  zero = jnp.int32(0)
+  carry = (tokens_NxT, logps_NxT, sample_S, t_S, jnp.minimum(slots, num_live), keys_LxSxKxHxT,
+           values_LxSxKxTxH, prompts_of(sample_S), zero, zero, zero)
+
+  def step(carry):
+    (tokens_NxT, logps_NxT, sample_S, t_S, next_pending, keys_LxSxKxHxT, values_LxSxKxTxH,
+     slot_prompts, full_heads, steps, refills) = carry
+    active_S = sample_S < samples
+    row_S = jnp.minimum(sample_S, samples - 1)
+    x_SxD = (embed_VxD[tokens_NxT[row_S, t_S - 1]]
+             * jnp.sqrt(embed_VxD.shape[-1]).astype(embed_VxD.dtype))
+    position_S = next_position_N[row_S] + t_S - 1
+    for layer, (w, shape) in enumerate(zip(weights, shapes)):
+      x_SxD, keys_LxSxKxHxT, values_LxSxKxTxH = decode_layers.decode_layer(
+          w, shape, layer, x_SxD, position_S, t_S - 1, slot_prompts[:2], slot_prompts[2],
+          keys_LxSxKxHxT, values_LxSxKxTxH, per_row=True)
+    normed_SxD = decode_layers.rms_norm(x_SxD, final_norm_D)
+    step_keys_S = jax.vmap(jax.random.fold_in)(keys_N[row_S], t_S)
+    if screen_width:
+      top_SxK, ids_SxK, proved = lm_head_screen.screened_top(
+          normed_SxD, head_VxD, *screen, 1 if sampling.greedy else sampling.top_k, screen_width,
+          sampling.temperature)
+      full_heads += 1 - proved.astype(jnp.int32)
+      token_S = (ids_SxK[:, 0].astype(jnp.int32) if sampling.greedy
+                 else sampling_lib.draw_rows(top_SxK, ids_SxK, step_keys_S, sampling))
+    else:
+      logits_SxV = decode_dots.head_logits(normed_SxD, head_VxD)
+      token_S = sampling_lib.sample_rows(logits_SxV, step_keys_S, sampling)
+      if with_logps:
+        logps_NxT = logps_NxT.at[sample_S, t_S].set(
+            sampling_lib.token_logps(logits_SxV, token_S, sampling), mode="drop")
+    tokens_NxT = tokens_NxT.at[sample_S, t_S].set(token_S, mode="drop")
+    # Ended samples hand their slots to the next pending ones, in slot order.
+    ended_S = active_S & (jnp.isin(token_S, stop_ids) | (t_S + 1 >= new_tokens))
+    pending_S = next_pending + jnp.cumsum(ended_S) - 1
+    taken_S = jnp.where(pending_S < num_live, queue_N[jnp.minimum(pending_S, samples - 1)],
+                        samples)
+    refilled_S = ended_S & (taken_S < samples)
+    refills += jnp.sum(refilled_S)
+    sample_S = jnp.where(ended_S, taken_S, sample_S)
+    t_S = jnp.where(ended_S, 1, jnp.where(active_S, t_S + 1, t_S))
+
+    def copy_prompts(slot_prompts):  # the refilled slots take their new samples' prompts
+      keys_LxSxKxHxP, values_LxSxKxPxH, valid_SxP = slot_prompts
+      new_keys, new_values, new_valid = prompts_of(sample_S)
+      by_slot = refilled_S[None, :, None, None, None]
+      return (jnp.where(by_slot, new_keys, keys_LxSxKxHxP),
+              jnp.where(by_slot, new_values, values_LxSxKxPxH),
+              jnp.where(refilled_S[:, None], new_valid, valid_SxP))
+
+    slot_prompts = jax.lax.cond(jnp.any(refilled_S), copy_prompts, lambda x: x, slot_prompts)
+    return (tokens_NxT, logps_NxT, sample_S, t_S, next_pending + jnp.sum(ended_S),
+            keys_LxSxKxHxT, values_LxSxKxTxH, slot_prompts, full_heads, steps + 1, refills)
+
+  def more(carry):
+    return jnp.any(carry[2] < samples)
+
+  tokens_NxT, logps_NxT, _, _, _, _, _, _, full_heads, steps, refills = jax.lax.while_loop(
+      more, step, carry)
+  return tokens_NxT, logps_NxT, full_heads, steps, refills
