@@ -5,6 +5,7 @@ import types
 import numpy as np
 import pytest
 
+from gemma_grpo.rl.engine import rollout
 from gemma_grpo.rl.learner import dynamic_sampling
 from gemma_grpo.rl.learner import rollout_rounds
 
@@ -84,3 +85,16 @@ def test_occupancy_is_the_kept_share_of_all_rounds_slot_steps():
   # Tunix's engine reports nothing: no occupancy then.
   assert "rollout/occupancy" not in rollout_rounds.diagnostics(
       [a_round([0.0, 1.0], [1, 2])], selection, [1.0, -1.0], dynamic=False)
+
+
+def test_tokens_decoded_after_the_stop_text_are_not_kept():
+  # Two generate() calls: 3 completions, then 2. The engine kept 9, 4, 9 and
+  # 9, 2 decode steps; the learner cut the first after 5 tokens (4 decode
+  # steps) and the fourth after 1 token (the prefill's, no decode step).
+  stats = [rollout.DecodeStats(steps=9, slots=3, kept_B=(9, 4, 9), refills=0),
+           rollout.DecodeStats(steps=9, slots=2, kept_B=(9, 2), refills=0)]
+  cut = rollout_rounds.kept_through_stop_text(stats, np.array([5, -1, -1, 1, -1]))
+  assert [s.kept_B for s in cut] == [(4, 4, 9), (0, 2)]
+  assert [(s.steps, s.slots, s.refills) for s in cut] == [(9, 3, 0), (9, 2, 0)]
+  # A cut at the last of 10 tokens (the limit, no stop token) changes nothing.
+  assert rollout_rounds.kept_through_stop_text(stats[:1], np.array([10, -1, -1]))[0].kept_B == (9, 4, 9)

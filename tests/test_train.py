@@ -187,6 +187,10 @@ print(json.dumps({{"code": code, "steps": state["steps_done"], "late": state["la
   steps = int(overrides[0].split("=")[1])
   assert result == {"code": 0, "steps": steps, "late": [], "train_step": [
       ["precompile-train-step", "Finished"], ["precompile-train-step", "Compiling"]]}
+  # tiny's completions all run to the limit, so every step's rollout decodes
+  # alike; the held-out evals' decoding (before step 1, after step 2) is not its.
+  rows = metrics.read_jsonl(tmp_path / "run" / "tensorboard" / "metrics.jsonl")
+  assert len({r["rollout/train/decode_steps"] for r in rows if "rollout/train/decode_steps" in r}) == 1
 
 
 def test_default_workdir_is_named_after_the_config():

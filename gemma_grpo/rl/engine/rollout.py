@@ -230,10 +230,15 @@ class DecodeStats:
 
   steps: int  # decode steps run (the prefill's first tokens are not decode steps)
   slots: int  # rows each step decoded: every completion in lockstep, rollout.slots otherwise
-  # Slot-steps whose token a completion kept, or the stop token that ended it;
-  # the others decoded a row that had already ended, or an idle slot.
-  kept: int
+  # Per completion, in order: the decode steps whose token it kept, or the stop
+  # token that ended it; the other slot-steps decoded a row that had already
+  # ended, or an idle slot.
+  kept_B: tuple[int, ...]
   refills: int  # times a slot took a new sample after its last one ended
+
+  @property
+  def kept(self) -> int:
+    return sum(self.kept_B)
 
 
 def group_rows(prompts: Sequence[str]) -> tuple[list[int], int]:
@@ -359,19 +364,19 @@ class GroupedRollout(base_rollout.BaseRollout):
     tokens_BxT, logps_BxT = np.asarray(tokens_BxT), np.asarray(logps_BxT)
     self.full_head_steps = int(full_heads)
     stops = np.asarray(stop_ids)
-    completions, logprobs_out, kept = [], [], 0
+    completions, logprobs_out, kept_B = [], [], []
     for row, row_logps in zip(tokens_BxT, logps_BxT):
       # A tool result holds no stop token (multi_turn.ToolTurns drops them).
       hits = np.flatnonzero(np.isin(row, stops))
       end = hits[0] if hits.size else len(row)
       completions.append(row[:end])
       logprobs_out.append(row_logps[:end])
-      kept += int(min(end, len(row) - 1))  # tokens 1..end came from decode steps
+      kept_B.append(int(min(end, len(row) - 1)))  # tokens 1..end came from decode steps
     if steps is None:
       # Lockstep decodes every row until the last one's stop (or the limit).
       steps = max(min(len(c), tokens_BxT.shape[1] - 1) for c in completions)
     self._decode_stats.append(DecodeStats(steps=int(steps), slots=slots or len(prompts),
-                                          kept=kept, refills=int(refills or 0)))
+                                          kept_B=tuple(kept_B), refills=int(refills or 0)))
     if turns is not None:
       self._tool_turns.extend(turns.rows([len(c) for c in completions]))
     return base_rollout.RolloutOutput(

@@ -110,6 +110,10 @@ class Learner(tunix_learner.StepLearner):
     rollout_config.return_logprobs = self._sampler_logps and mode == Mode.TRAIN
     limit = rollout_config.max_tokens_to_generate
     pad = self.rl_cluster.rollout.pad_id()
+    if self._decode_stats:
+      # Other generate() calls on this engine (the held-out eval's) leave
+      # their stats too: only this call's count for its rows.
+      self.rl_cluster.rollout.take_decode_stats()
     start = time.perf_counter()
     out = self.rl_cluster.generate(
         prompts=inputs["prompts"], mode=mode,
@@ -122,6 +126,7 @@ class Learner(tunix_learner.StepLearner):
     completion_ids = np.full((n, limit), pad, dtype=np.int32)
     tool_mask = np.zeros((n, limit), dtype=bool) if turns is not None else None
     lengths = np.zeros(n, dtype=np.int64)  # the model's own tokens
+    cut_at = np.full(n, -1, dtype=np.int64)  # tokens left where stop_text cut a completion
     truncated = np.zeros(n, dtype=bool)
     stops = np.asarray(rollout_config.eos_tokens or [self.rl_cluster.rollout.eos_id()])
     texts = list(out.text)
@@ -135,6 +140,7 @@ class Learner(tunix_learner.StepLearner):
       if cut is not None:
         # Ends here as at a stop token: what follows is neither scored nor trained.
         tokens, texts[row] = tokens[:cut[0]], cut[1]
+        cut_at[row] = cut[0]
       completion_ids[row, :len(tokens)] = tokens
       if sample_logps is not None:
         sample_logps[row, :len(tokens)] = np.asarray(out.logprobs[row])[:len(tokens)]
@@ -145,6 +151,8 @@ class Learner(tunix_learner.StepLearner):
       truncated[row] = (cut is None and len(tokens) >= limit
                         and not np.isin(tokens, stops).any())
 
+    if decode_stats is not None:
+      decode_stats = rollout_rounds.kept_through_stop_text(decode_stats, cut_at)
     columns = {k: v for k, v in inputs.items() if k != "prompts"}
     if "mode" in columns:
       raise ValueError(f"batch already has a 'mode' column: {sorted(columns)}")

@@ -35,8 +35,29 @@ class Round:
   tool_calls: np.ndarray | None = None  # [n] calls per completion
   failed_calls: np.ndarray | None = None  # [n] of them, those that returned an error
   # What the engine's decode loop did, one entry per generate() call
-  # (rollout.DecodeStats: steps, slots, kept, refills); None from Tunix's engine.
+  # (rollout.DecodeStats: steps, slots, kept_B, refills), its kept tokens
+  # ending at stop_text (kept_through_stop_text); None from Tunix's engine.
   decode_stats: Sequence | None = None
+
+
+def kept_through_stop_text(stats: Sequence, kept_tokens_B: np.ndarray) -> list:
+  """The engine's stats, each completion's kept decode steps ending where the
+  learner cut it at rollout.stop_text.
+
+  The engine stops a row at a stop token only; the tokens it decodes after
+  the stop text are discarded, so they count as idle slot-steps, not kept
+  ones. `kept_tokens_B`: per completion, in the order of the stats' rows, the
+  tokens left after the cut (the first came from the prefill), or -1 where
+  nothing was cut.
+  """
+  out, row = [], 0
+  for s in stats:
+    cuts = kept_tokens_B[row:row + len(s.kept_B)]
+    out.append(dataclasses.replace(s, kept_B=tuple(
+        k if cut < 0 else min(k, max(int(cut) - 1, 0)) for k, cut in zip(s.kept_B, cuts))))
+    row += len(s.kept_B)
+  assert row == len(kept_tokens_B), (row, len(kept_tokens_B))
+  return out
 
 
 def overlong_penalty(lengths, max_length: int, buffer: int, penalty: float) -> np.ndarray:
