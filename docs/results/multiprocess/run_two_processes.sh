@@ -1,3 +1,5 @@
+# Evidence, committed with its output in 47f987b: it imports the module paths and signatures of then
+# (they have moved since). To rerun it: git worktree add /tmp/at-47f987b 47f987b
 # usage: REPO=<checkout> RUN_HOME=<home with ~/.cache/gemma_grpo/gemma-3-270m converted> \
 #   bash run_two_processes.sh CACHE_DIR OUT_DIR [extra train flags]
 # Two processes of 4 simulated CPU devices on one (fsdp=4, tp=2) mesh, configs/tiny.py, 4 steps.

@@ -1,3 +1,5 @@
+# Evidence, committed with its output in 44cdf16: it imports the module paths and signatures of then
+# (they have moved since). To rerun it: git worktree add /tmp/at-44cdf16 44cdf16
 """The update program with the attention output's LoRA through lora_dot (this checkout) and
 through Qwix (gemma3_rl._attention_runs_here forced False while tracing), alternated in one process."""
 import sys, time, statistics

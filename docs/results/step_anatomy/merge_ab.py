@@ -1,3 +1,5 @@
+# Evidence, committed with its output in 44cdf16: it imports the module paths and signatures of then
+# (they have moved since). To rerun it: git worktree add /tmp/at-44cdf16 44cdf16
 import sys, time, statistics
 exec(open("docs/results/step_anatomy/prefill_parts.py").read().split("def t(name")[0])
 from gemma_grpo import lora

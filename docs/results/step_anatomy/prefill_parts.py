@@ -1,3 +1,5 @@
+# Evidence, committed with its output in 44cdf16: it imports the module paths and signatures of then
+# (they have moved since). To rerun it: git worktree add /tmp/at-44cdf16 44cdf16
 import os, sys, time
 sys.path.insert(0, "bench"); sys.path.insert(0, ".")
 import common, jax, jax.numpy as jnp, numpy as np

@@ -1,3 +1,5 @@
+# Evidence, committed with its output in abd1839: it imports the module paths and signatures of then
+# (they have moved since). To rerun it: git worktree add /tmp/at-abd1839 abd1839
 import sys, time, subprocess, json
 # run update_step with both checkouts alternating
 for r in range(2):

@@ -1,3 +1,5 @@
+# Evidence, committed with its output in abd1839: it imports the module paths and signatures of then
+# (they have moved since). To rerun it: git worktree add /tmp/at-abd1839 abd1839
 # As run at commit 171852a, whose flat module names (gemma_grpo.mesh, gemma_grpo.losses) it
 # imports; today's are gemma_grpo.runtime.mesh and the RL learner's losses. Rerun from that checkout.
 import sys, time, statistics

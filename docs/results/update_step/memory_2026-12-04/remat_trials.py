@@ -1,3 +1,5 @@
+# Evidence, committed with its output in 97c6b66: it imports the module paths and signatures of then
+# (they have moved since). To rerun it: git worktree add /tmp/at-97c6b66 97c6b66
 """Ad hoc (2026-12-04): XLA temporaries of the update program under jax.checkpoint policies.
 
   PYTHONPATH=<checkout before f368d0a> python remat_trials.py {none,gateup,nothing}
