@@ -51,13 +51,9 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
   """
   samples = first_N.shape[0]
   prompt_keys_LxUxKxHxP, prompt_values_LxUxKxPxH = prompt_cache
-  layers, _, kv_heads, head_dim, _ = prompt_keys_LxUxKxHxP.shape
-  dtype = prompt_keys_LxUxKxHxP.dtype
-  keys_LxSxKxHxT = jnp.zeros((layers, slots, kv_heads, head_dim, new_tokens), dtype)
-  values_LxSxKxTxH = jnp.zeros((layers, slots, kv_heads, new_tokens, head_dim), dtype)
-  tokens_NxT = jnp.zeros((samples, new_tokens), jnp.int32).at[:, 0].set(first_N)
-  logps_NxT = jnp.zeros((samples, new_tokens if with_logps else 1), jnp.float32)
-  logps_NxT = logps_NxT.at[:, 0].set(first_logp_N)
+  keys_LxSxKxHxT, values_LxSxKxTxH = decode_layers.completion_cache(prompt_cache, slots, new_tokens)
+  tokens_NxT, logps_NxT = decode_layers.first_tokens(first_N, first_logp_N, new_tokens=new_tokens,
+                                                     with_logps=with_logps)
   keys_N = sampling_lib.sample_keys(rng, samples)
   live_N = ~jnp.isin(first_N, stop_ids) & (new_tokens > 1)
   queue_N = jnp.argsort(~live_N, stable=True)  # live samples first, in index order

@@ -121,6 +121,22 @@ def rms_norm(x, scale):
   return normed * (1 + scale)
 
 
+def completion_cache(prompt_cache, rows: int, new_tokens: int):
+  """Zeroed keys [L, rows, K, H, T] and values [L, rows, K, T, H] for the completions' tokens,
+  in the prompt cache's dtype."""
+  layers, _, kv_heads, head_dim, _ = prompt_cache[0].shape
+  dtype = prompt_cache[0].dtype
+  return (jnp.zeros((layers, rows, kv_heads, head_dim, new_tokens), dtype),
+          jnp.zeros((layers, rows, kv_heads, new_tokens, head_dim), dtype))
+
+
+def first_tokens(first_R, first_logp_R, *, new_tokens: int, with_logps: bool):
+  """[R, T] tokens and [R, T] (or [R, 1] without with_logps) log-probs, the prefill's in slot 0."""
+  tokens_RxT = jnp.zeros((first_R.shape[0], new_tokens), jnp.int32).at[:, 0].set(first_R)
+  logps_RxT = jnp.zeros((first_R.shape[0], new_tokens if with_logps else 1), jnp.float32)
+  return tokens_RxT, logps_RxT.at[:, 0].set(first_logp_R)
+
+
 def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position_B, t,
                  prompt_cache, valid_UxP, keys_LxBxKxHxT, values_LxBxKxTxH, per_row=False):
   """One token per row through one layer; writes its key/value at completion slot `t`.

@@ -120,15 +120,10 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
 
 def _decode_start(first_B, first_logp_B, prompt_cache, stop_ids, *, new_tokens, with_logps):
   """The decode loop's carry before its first step: the prefill's token in slot 0."""
-  batch = first_B.shape[0]
-  prompt_keys_LxUxKxHxP = prompt_cache[0]
-  layers, _, kv_heads, head_dim, _ = prompt_keys_LxUxKxHxP.shape
-  dtype = prompt_keys_LxUxKxHxP.dtype
-  keys_LxBxKxHxT = jnp.zeros((layers, batch, kv_heads, head_dim, new_tokens), dtype)
-  values_LxBxKxTxH = jnp.zeros((layers, batch, kv_heads, new_tokens, head_dim), dtype)
-  tokens_BxT = jnp.zeros((batch, new_tokens), jnp.int32).at[:, 0].set(first_B)
-  logps_BxT = jnp.zeros((batch, new_tokens if with_logps else 1), jnp.float32)
-  logps_BxT = logps_BxT.at[:, 0].set(first_logp_B)
+  keys_LxBxKxHxT, values_LxBxKxTxH = decode_layers.completion_cache(
+      prompt_cache, first_B.shape[0], new_tokens)
+  tokens_BxT, logps_BxT = decode_layers.first_tokens(first_B, first_logp_B, new_tokens=new_tokens,
+                                                     with_logps=with_logps)
   done_B = jnp.isin(first_B, stop_ids)
   return (1, tokens_BxT, logps_BxT, done_B, keys_LxBxKxHxT, values_LxBxKxTxH, jnp.int32(0))
 
