@@ -8,7 +8,7 @@ the same names and fields.
 from __future__ import annotations
 
 from gemma_grpo import errors
-from gemma_grpo.config import settings
+import gemma_grpo.config.settings as settings  # the module, not the package: no cycle
 
 
 def completions_per_train_step(train: settings.TrainSettings, num_generations: int) -> int:
