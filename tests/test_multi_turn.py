@@ -203,11 +203,11 @@ def always_pause(cls, texts):
   return cls(np.ones(vocab, bool), np.full(vocab, -1, np.int32), np.full(vocab, -1, np.int32))
 
 
-def tool_engine(actor, prefix):
+def tool_engine(actor, prefix, stop_text=""):
   gemma_tokenizer = model_loading.build(settings.from_config(tiny.get_config()).model, device_mesh()).tokenizer
   return rollout.GroupedRollout(
       actor, ScriptedTokenizer(gemma_tokenizer, prefix), None, lora_scale=1.0,
-      tool_runner=tools.ToolRunner(tools.BUILTIN_TOOLS), max_tool_calls=2)
+      tool_runner=tools.ToolRunner(tools.BUILTIN_TOOLS), max_tool_calls=2, stop_text=stop_text)
 
 
 @pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
@@ -255,6 +255,27 @@ def test_resumed_decoding_reads_the_result_as_a_single_forward_pass_would(
                                  want_BxT[r][written_by_model], atol=2e-4)
     # Tokens after the result, the ones that read it through the cache.
     assert written_by_model[call_at + len(result):].sum() > 0
+
+
+def test_a_stop_text_in_a_tool_result_ends_the_row_where_the_learner_cuts_it(tiny_model,
+                                                                           monkeypatch):
+  # The learner cuts at the stop text wherever it is, a tool's result
+  # included; the loop must end the row there too, and no other row.
+  mesh, actor, tokenizer = tiny_model
+  monkeypatch.setattr(multi_turn.CallEnds, "from_texts", classmethod(always_pause))
+  settings = dict(max_tokens_to_generate=MAX_NEW, kv_cache_size=test_rollout.MAX_PROMPT + MAX_NEW)
+  plain = rollout.GroupedRollout(actor, tokenizer, None, lora_scale=1.0)
+  with jax_mesh.tunix_mesh(mesh):
+    prefix = plain.generate(DISTINCT, test_rollout.config(**settings)).tokens[0][:3]
+    free = tool_engine(actor, prefix).generate(DISTINCT, test_rollout.config(**settings))
+    stopping = tool_engine(actor, prefix, stop_text="</tool_result>")
+    out = stopping.generate(DISTINCT, test_rollout.config(**settings))
+  want = [test_rollout.learner_cut(tokenizer, t.tolist(), "</tool_result>") for t in free.tokens]
+  assert [t.tolist() for t in out.tokens] == want
+  assert out.text[0].endswith("<tool_result>42</tool_result>") and len(want[0]) < MAX_NEW
+  assert [len(w) for w in want[1:]] == [MAX_NEW, MAX_NEW]
+  turns = stopping.take_tool_turns()
+  assert [c.result for c in turns[0].calls] == ["42"] and turns[0].tool_mask[3:].all()
 
 
 def test_an_engine_without_tools_takes_no_turns(tiny_model):

@@ -23,6 +23,7 @@ from gemma_grpo.runtime import metrics as metrics_lib
 from gemma_grpo.model import model_loading
 from gemma_grpo.rl.run import optim
 from gemma_grpo.tasks import rewards
+from gemma_grpo.rl.engine import lockstep
 from gemma_grpo.rl.engine import rollout as rollout_lib
 from gemma_grpo.model import tokenizer as tokenizer_lib
 from gemma_grpo.plan import programs
@@ -44,8 +45,9 @@ def spy(monkeypatch, module, name, seen):
 
 @pytest.mark.parametrize("overrides", [
     {},
-    # A bfloat16 sampler with truncated importance sampling: other columns, another decode.
-    {"rollout.decode_dtype": "bfloat16", "grpo.tis_cap": 2.0},
+    # A bfloat16 sampler with truncated importance sampling: other columns, another
+    # decode; a stop text puts its table (rl/engine/stop_text.py) in the loop.
+    {"rollout.decode_dtype": "bfloat16", "grpo.tis_cap": 2.0, "rollout.stop_text": "</answer>"},
 ])
 def test_plan_lowers_the_programs_that_training_runs(tmp_path, monkeypatch, overrides):
   c = config_lib.load("configs/tiny.py")
@@ -60,7 +62,7 @@ def test_plan_lowers_the_programs_that_training_runs(tmp_path, monkeypatch, over
   planned = {"update": builder.update().as_text(), "reference": builder.reference().as_text()}
   prefill = builder.prefill()
   planned["_prefill"] = prefill.as_text()
-  planned["_decode"] = builder.decode(prefill.compile()).as_text()
+  planned["decode"] = builder.decode(prefill.compile()).as_text()
 
   loaded = model_loading.build(c.model, mesh)
   actor = lora.apply(loaded.model, c.lora, mesh)
@@ -83,7 +85,7 @@ def test_plan_lowers_the_programs_that_training_runs(tmp_path, monkeypatch, over
         trainer.model, trainer.optimizer, example).as_text()}
 
   spy(monkeypatch, rollout_lib, "_prefill", trained)
-  spy(monkeypatch, rollout_lib, "_decode", trained)
+  spy(monkeypatch, lockstep, "decode", trained)
   spy(monkeypatch, batch_logps, "logps_program", trained)
   splits = data_lib.build_splits(c.data, loaded.tokenizer, c.rollout.max_prompt_length)
   learner.train(iter(data_lib.train_batches(splits.train, c.train.batch_size, 0)))

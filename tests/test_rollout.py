@@ -19,8 +19,10 @@ from gemma_grpo.rl.engine import lm_head_screen
 from gemma_grpo.rl.learner import logprobs
 from gemma_grpo.model import lora
 from gemma_grpo.model import model_loading
+from gemma_grpo.model import tokenizer as tokenizer_lib
 from gemma_grpo.tasks import prompts
 from gemma_grpo.rl.engine import rollout
+from gemma_grpo.rl.engine import stop_text
 from gemma_grpo.seam import jax_mesh
 
 MAX_PROMPT = 64
@@ -359,3 +361,65 @@ def test_continuous_batching_refuses_tools_and_negative_slots(tiny_setup):
     rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=1.0, slots=2,
                            tool_runner=object(), max_tool_calls=2)
 
+
+
+# --- stop text (rollout.stop_text) --------------------------------------------
+
+def learner_cut(tokenizer, tokens, stop):
+  """The tokens the learner keeps of a completion (tokenizer.tokens_through)."""
+  cut = tokenizer_lib.tokens_through(tokens, tokenizer.decode(tokens), stop, tokenizer)
+  return tokens if cut is None else tokens[:cut[0]]
+
+
+@pytest.mark.parametrize("sampling", [SAMPLINGS["greedy"], SAMPLINGS["top-k 50"]],
+                         ids=["greedy", "top-k 50"])
+@pytest.mark.parametrize("slots", [0, 2], ids=["lockstep", "2 slots"])
+def test_a_row_ends_right_after_its_stop_text_with_the_tokens_it_would_have_drawn(
+    tiny_setup, sampling, slots):
+  mesh, actor, tokenizer, engine = tiny_setup
+  kwargs = dict(sampling, return_logprobs=True)
+  running_on = with_slots(engine, actor, tokenizer, mesh, slots)
+  free = generate(running_on, mesh, GROUPED, **kwargs)
+  rows = [t.tolist() for t in free.tokens]
+  stop = tokenizer.decode(rows[0][2:4])
+  want = [learner_cut(tokenizer, row, stop) for row in rows]
+  assert len(want[0]) <= 4 and any(len(w) == MAX_NEW for w in want)
+  stopping = with_slots(engine, actor, tokenizer, mesh, slots, stop_text=stop)
+  got = generate(stopping, mesh, GROUPED, **kwargs)
+  assert [t.tolist() for t in got.tokens] == want
+  assert got.text == [tokenizer.decode(w) for w in want]
+  for got_logps, free_logps, w in zip(got.logprobs, free.logprobs, want):
+    np.testing.assert_array_equal(got_logps, free_logps[:len(w)])
+  [free_stats], [stats] = running_on.take_decode_stats(), stopping.take_decode_stats()
+  assert stats.kept == sum(min(len(w), MAX_NEW - 1) for w in want) < free_stats.kept
+  assert stats.steps <= free_stats.steps
+
+
+def test_every_row_ending_at_its_stop_text_ends_the_lockstep_loop(tiny_setup):
+  mesh, actor, tokenizer, engine = tiny_setup
+  rows = [t.tolist() for t in generate(engine, mesh, GROUPED).tokens]
+  # Greedy rows of a group are equal: one stop text per group's third token.
+  stops = {tokenizer.decode(row[2:3]) for row in rows}
+  for stop in stops:
+    engine.take_decode_stats()
+    stopping = with_slots(engine, actor, tokenizer, mesh, 0, stop_text=stop)
+    got = [t.tolist() for t in generate(stopping, mesh, GROUPED).tokens]
+    assert got == [learner_cut(tokenizer, row, stop) for row in rows]
+    [stats] = stopping.take_decode_stats()
+    assert stats.steps == max(min(len(g), MAX_NEW - 1) for g in got)
+
+
+def test_a_stop_the_decoded_text_does_not_hold_is_refused(tiny_setup, monkeypatch):
+  mesh, actor, tokenizer, engine = tiny_setup
+  row = generate(engine, mesh, GROUPED).tokens[0].tolist()
+  real = stop_text.token_texts
+
+  def lying(tok, vocab):  # a tokenizer whose token texts do not add up
+    texts = real(tok, vocab)
+    texts[row[1]] = "ZZZ"
+    return texts
+
+  monkeypatch.setattr(stop_text, "token_texts", lying)
+  stopping = with_slots(engine, actor, tokenizer, mesh, 0, stop_text="ZZZ")
+  with pytest.raises(RuntimeError, match="does not hold it.*stop_text=''"):
+    generate(stopping, mesh, GROUPED)

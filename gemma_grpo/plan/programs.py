@@ -177,9 +177,12 @@ class Builder:
         lambda info, sharding: jax.ShapeDtypeStruct(info.shape, info.dtype, sharding=sharding),
         prefill.out_info, prefill.output_shardings)
     stop_ids = _unplaced((len(self.rollout_config.eos_tokens),), jnp.int32)
+    stop_text = self.c.rollout.stop_text  # its table's shape only (rl/engine/stop_text.py)
+    vocab = self.actor.embedder.input_embedding.get_value().shape[0]
     fn, args, kwargs = self.engine.decode_call(
         outputs, stop_ids, _unplaced((2,), jnp.uint32), new_tokens=self.c.rollout.max_new_tokens,
-        sampling=sampling, with_logps=with_logps, screen_width=width)
+        sampling=sampling, with_logps=with_logps, screen_width=width,
+        next_state_SxV=_unplaced((len(stop_text) + 1, vocab), jnp.int16) if stop_text else None)
     with jax_mesh.tunix_mesh(self.mesh):
       return fn.lower(*args, **kwargs)
 

@@ -1,6 +1,6 @@
 """Continuous batching: the grouped engine's decode loop with a fixed number of busy rows.
 
-The lockstep loop (rollout._decode) decodes every completion of a call until
+The lockstep loop (lockstep.decode) decodes every completion of a call until
 the longest ends, so rows that ended early idle. Here (rollout.slots > 0) a
 fixed number of rows, slots, each hold one sample; when a sample ends its
 slot takes the next waiting one in the same step. Rows sit at their own
@@ -22,17 +22,19 @@ from gemma_grpo.rl.engine import decode_dots
 from gemma_grpo.rl.engine import decode_layers
 from gemma_grpo.rl.engine import lm_head_screen
 from gemma_grpo.rl.engine import sampling as sampling_lib
+from gemma_grpo.rl.engine import stop_text as stop_text_lib
 
 
 @functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps",
                                              "screen_width", "slots", "rows_per_prompt"))
 def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, first_logp_N,
-                 prompt_cache, next_position_N, valid_UxP, stop_ids, rng, *, shapes, new_tokens,
+                 prompt_cache, next_position_N, valid_UxP, stop_ids, next_state_SxV, rng, *,
+                 shapes, new_tokens,
                  sampling, with_logps, screen_width, slots, rows_per_prompt):
-  """rollout._decode's tokens for N samples, decoded in `slots` rows.
+  """lockstep.decode's tokens for N samples, decoded in `slots` rows.
 
   Each slot holds one sample at a time at its own completion slot t_S; when
-  a sample stops (a stop token, or slot new_tokens - 1), its slot takes the
+  a sample stops (a stop token, its stop text, or slot new_tokens - 1), its slot takes the
   next pending sample in the same step, so no slot idles while samples wait.
   Samples are taken in index order (samples whose prefill token already
   ended them never take a slot); they finish out of order. Sample n (of
@@ -55,13 +57,21 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
   tokens_NxT, logps_NxT = decode_layers.first_tokens(first_N, first_logp_N, new_tokens=new_tokens,
                                                      with_logps=with_logps)
   keys_N = sampling_lib.sample_keys(rng, samples)
-  live_N = ~jnp.isin(first_N, stop_ids) & (new_tokens > 1)
+  ended_N = jnp.isin(first_N, stop_ids)
+  first_state_N = None  # each sample's stop-text state after its first token
+  if next_state_SxV is not None:
+    first_state_N, ended_N = stop_text_lib.step(next_state_SxV, jnp.zeros_like(first_N), first_N,
+                                                ended_N)
+  live_N = ~ended_N & (new_tokens > 1)
   queue_N = jnp.argsort(~live_N, stable=True)  # live samples first, in index order
   num_live = jnp.sum(live_N)
   slot_S = jnp.arange(slots)
   # sample_S == samples marks an idle slot (its writes are dropped).
   sample_S = jnp.where(slot_S < num_live, queue_N[slot_S], samples)
   t_S = jnp.ones(slots, jnp.int32)  # the completion slot each sample's next token fills
+
+  def states_of(sample_S):
+    return None if first_state_N is None else first_state_N[jnp.minimum(sample_S, samples - 1)]
 
   def prompts_of(sample_S):
     """Each slot's prompt keys, values and valid mask, for the samples it holds."""
@@ -70,12 +80,12 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
             valid_UxP[prompt_S])
 
   zero = jnp.int32(0)
-  carry = (tokens_NxT, logps_NxT, sample_S, t_S, jnp.minimum(slots, num_live), keys_LxSxKxHxT,
-           values_LxSxKxTxH, prompts_of(sample_S), zero, zero, zero)
+  carry = (tokens_NxT, logps_NxT, sample_S, t_S, states_of(sample_S), jnp.minimum(slots, num_live),
+           keys_LxSxKxHxT, values_LxSxKxTxH, prompts_of(sample_S), zero, zero, zero)
 
   def step(carry):
-    (tokens_NxT, logps_NxT, sample_S, t_S, next_pending, keys_LxSxKxHxT, values_LxSxKxTxH,
-     slot_prompts, full_heads, steps, refills) = carry
+    (tokens_NxT, logps_NxT, sample_S, t_S, text_state_S, next_pending, keys_LxSxKxHxT,
+     values_LxSxKxTxH, slot_prompts, full_heads, steps, refills) = carry
     active_S = sample_S < samples
     row_S = jnp.minimum(sample_S, samples - 1)
     x_SxD = (embed_VxD[tokens_NxT[row_S, t_S - 1]]
@@ -102,7 +112,12 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
             sampling_lib.token_logps(logits_SxV, token_S, sampling), mode="drop")
     tokens_NxT = tokens_NxT.at[sample_S, t_S].set(token_S, mode="drop")
     # Ended samples hand their slots to the next pending ones, in slot order.
-    ended_S = active_S & (jnp.isin(token_S, stop_ids) | (t_S + 1 >= new_tokens))
+    stopped_S = jnp.isin(token_S, stop_ids)
+    if text_state_S is not None:
+      text_state_S, by_text_S = stop_text_lib.step(next_state_SxV, text_state_S, token_S,
+                                                   jnp.zeros_like(stopped_S))
+      stopped_S |= by_text_S
+    ended_S = active_S & (stopped_S | (t_S + 1 >= new_tokens))
     pending_S = next_pending + jnp.cumsum(ended_S) - 1
     taken_S = jnp.where(pending_S < num_live, queue_N[jnp.minimum(pending_S, samples - 1)],
                         samples)
@@ -110,6 +125,8 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
     refills += jnp.sum(refilled_S)
     sample_S = jnp.where(ended_S, taken_S, sample_S)
     t_S = jnp.where(ended_S, 1, jnp.where(active_S, t_S + 1, t_S))
+    if text_state_S is not None:
+      text_state_S = jnp.where(ended_S, states_of(sample_S), text_state_S)
 
     def copy_prompts(slot_prompts):  # the refilled slots take their new samples' prompts
       keys_LxSxKxHxP, values_LxSxKxPxH, valid_SxP = slot_prompts
@@ -120,12 +137,12 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
               jnp.where(refilled_S[:, None], new_valid, valid_SxP))
 
     slot_prompts = jax.lax.cond(jnp.any(refilled_S), copy_prompts, lambda x: x, slot_prompts)
-    return (tokens_NxT, logps_NxT, sample_S, t_S, next_pending + jnp.sum(ended_S),
+    return (tokens_NxT, logps_NxT, sample_S, t_S, text_state_S, next_pending + jnp.sum(ended_S),
             keys_LxSxKxHxT, values_LxSxKxTxH, slot_prompts, full_heads, steps + 1, refills)
 
   def more(carry):
     return jnp.any(carry[2] < samples)
 
-  tokens_NxT, logps_NxT, _, _, _, _, _, _, full_heads, steps, refills = jax.lax.while_loop(
+  tokens_NxT, logps_NxT, _, _, _, _, _, _, _, full_heads, steps, refills = jax.lax.while_loop(
       more, step, carry)
   return tokens_NxT, logps_NxT, full_heads, steps, refills

@@ -6,7 +6,7 @@ model as the next tokens of the same row, which the model reads as it reads a
 prompt and never samples; decoding then goes on, up to `max_calls` calls and
 the completion's token budget.
 
-The engine's decode loop (rollout._decode_loop) stops after any step in which
+The engine's decode loop (lockstep.loop) stops after any step in which
 a row may have closed a call (a cheap necessary test on its last two tokens,
 `CallEnds`, made on the device by `force_results`); `ToolTurns.resume` reads
 each such row's text since its last tool result, runs the call if the text

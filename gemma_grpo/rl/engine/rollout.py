@@ -30,8 +30,10 @@ A float32 head may instead be screened (rollout.screen_lm_head,
 lm_head_screen.py): a bfloat16 copy ranks the vocabulary and the float32
 top-k is proved among a few hundred rescored candidates.
 
+The decode loop is lockstep.py's, or with rollout.slots continuous.py's.
 Tokens are chosen as Tunix's sampler chooses them (sampling.py). Completions
-stop at the first stop token (excluded from the returned tokens) or at
+stop at the first stop token (excluded from the returned tokens), right
+after `stop_text` (rollout.stop_text, kept; stop_text.py), or at
 `max_tokens_to_generate`.
 
 With tools (`tool_runner`), completions are multi-turn: the decode loop
@@ -62,11 +64,12 @@ from gemma_grpo import config as config_lib
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import tokenizer as tokenizer_lib
 from gemma_grpo.rl.engine import continuous
-from gemma_grpo.rl.engine import decode_dots
 from gemma_grpo.rl.engine import decode_layers
 from gemma_grpo.rl.engine import lm_head_screen
+from gemma_grpo.rl.engine import lockstep
 from gemma_grpo.rl.engine import multi_turn
 from gemma_grpo.rl.engine import sampling as sampling_lib
+from gemma_grpo.rl.engine import stop_text as stop_text_lib
 from gemma_grpo.runtime import distributed
 from gemma_grpo.tasks import tools as tools_lib
 
@@ -118,107 +121,6 @@ def _prefill(graphdef, state, prompt_ids_UxP, rng, *, lora_scale, rows_per_promp
           repeat(positions_UxP[:, -1]) + 1, prompt_ids_UxP != pad_id)
 
 
-def _decode_start(first_B, first_logp_B, prompt_cache, stop_ids, *, new_tokens, with_logps):
-  """The decode loop's carry before its first step: the prefill's token in slot 0."""
-  keys_LxBxKxHxT, values_LxBxKxTxH = decode_layers.completion_cache(
-      prompt_cache, first_B.shape[0], new_tokens)
-  tokens_BxT, logps_BxT = decode_layers.first_tokens(first_B, first_logp_B, new_tokens=new_tokens,
-                                                     with_logps=with_logps)
-  done_B = jnp.isin(first_B, stop_ids)
-  return (1, tokens_BxT, logps_BxT, done_B, keys_LxBxKxHxT, values_LxBxKxTxH, jnp.int32(0))
-
-
-def _decode_loop(carry, weights, embed_VxD, head_VxD, screen, final_norm_D, prompt_cache,
-                 next_position_B, valid_UxP, stop_ids, rng, turns, *, shapes, new_tokens,
-                 sampling, with_logps, screen_width):
-  """Runs decode steps from `carry` until every row stops or slot new_tokens is reached.
-
-  `turns` is None for one-turn decoding. For tool calls (multi_turn.py) it is
-  (forced_BxT, ends_call_V, needs_char_V, last_char_V) and the carry ends
-  with paused_B: a row takes forced_BxT[b, t] at slot t where that is >= 0
-  (a tool's result, read like a prompt and never sampled), and the loop
-  also stops after a step in which a row may have closed a tool call, for
-  the host to run it.
-  """
-  def step(carry):
-    t, tokens_BxT, logps_BxT, done_B, keys_LxBxKxHxT, values_LxBxKxTxH, full_heads = carry[:7]
-    x_BxD = embed_VxD[tokens_BxT[:, t - 1]] * jnp.sqrt(embed_VxD.shape[-1]).astype(embed_VxD.dtype)
-    position_B = next_position_B + t - 1
-    for layer, (w, shape) in enumerate(zip(weights, shapes)):
-      x_BxD, keys_LxBxKxHxT, values_LxBxKxTxH = decode_layers.decode_layer(
-          w, shape, layer, x_BxD, position_B, t - 1, prompt_cache, valid_UxP, keys_LxBxKxHxT,
-          values_LxBxKxTxH)
-    normed_BxD = decode_layers.rms_norm(x_BxD, final_norm_D)
-    key = jax.random.fold_in(rng, t)
-
-    def settle(token_B):
-      """(the token each row takes at slot t, from_tool_B, paused_B; None, None without tools)."""
-      token_B = jnp.where(done_B, stop_ids[0], token_B)
-      if turns is None:
-        return token_B, None, None
-      return multi_turn.force_results(turns, t, token_B, tokens_BxT, done_B)
-
-    # Log-probs need every logit, so a screened head never returns them
-    # (GroupedRollout.settings); each branch reads only what it computes.
-    if screen_width:
-      token_B, proved = lm_head_screen.screened_token(normed_BxD, head_VxD, screen, key, sampling,
-                                                      screen_width)
-      full_heads += 1 - proved.astype(jnp.int32)
-      token_B, from_tool_B, paused_B = settle(token_B)
-    else:
-      logits_BxV = decode_dots.head_logits(normed_BxD, head_VxD)
-      token_B, from_tool_B, paused_B = settle(
-          sampling_lib.sample_tokens(logits_BxV, key, sampling))
-      if with_logps:
-        logps_BxT = logps_BxT.at[:, t].set(sampling_lib.token_logps(logits_BxV, token_B, sampling))
-    stops_B = jnp.isin(token_B, stop_ids)
-    if turns is not None:
-      stops_B &= ~from_tool_B
-    done_B = done_B | stops_B
-    out = (t + 1, tokens_BxT.at[:, t].set(token_B), logps_BxT, done_B, keys_LxBxKxHxT,
-           values_LxBxKxTxH, full_heads)
-    return out if turns is None else (*out, paused_B)
-
-  def more(carry):
-    t, _, _, done_B, *_ = carry
-    going = (t < new_tokens) & ~jnp.all(done_B)
-    return going if turns is None else going & ~jnp.any(carry[7])
-
-  return jax.lax.while_loop(more, step, carry)
-
-
-@functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps",
-                                             "screen_width"))
-def _decode(weights, embed_VxD, head_VxD, screen, final_norm_D, first_B, first_logp_B,
-            prompt_cache, next_position_B, valid_UxP, stop_ids, rng, *,
-            shapes, new_tokens, sampling, with_logps, screen_width):
-  """Tokens 2..new_tokens of every row, and with_logps their log-probs; stops
-  early once every row has stopped. Also returns how many steps computed the
-  whole float32 LM head although a screen was given (its proof failed).
-
-  Rows are grouped by prompt: row b continues prompt b // R, whose keys and
-  values `prompt_cache` holds (decode_layers.decode_layer). Token t (0-based)
-  of a row sits at completion slot t and RoPE position next_position_B + t; it is
-  drawn with fold_in(rng, t). `embed_VxD` embeds the input tokens;
-  `head_VxD` (the embedding, maybe rounded) gives the logits, through
-  `screen` (its bfloat16 copy, max row norm) when screen_width > 0.
-  """
-  carry = _decode_start(first_B, first_logp_B, prompt_cache, stop_ids, new_tokens=new_tokens,
-                        with_logps=with_logps)
-  _, tokens_BxT, logps_BxT, _, _, _, full_heads = _decode_loop(
-      carry, weights, embed_VxD, head_VxD, screen, final_norm_D, prompt_cache, next_position_B,
-      valid_UxP, stop_ids, rng, None, shapes=shapes, new_tokens=new_tokens, sampling=sampling,
-      with_logps=with_logps, screen_width=screen_width)
-  return tokens_BxT, logps_BxT, full_heads
-
-
-# Multi-turn decoding (tool calls): the same loop, resumed by the host after
-# each pause with the carry donated, so the caches are updated in place.
-_decode_turn_start = jax.jit(_decode_start, static_argnames=("new_tokens", "with_logps"))
-_decode_turn = jax.jit(_decode_loop, donate_argnums=(0,), static_argnames=(
-    "shapes", "new_tokens", "sampling", "with_logps", "screen_width"))
-
-
 @dataclasses.dataclass(frozen=True)
 class DecodeStats:
   """What one generate()'s decode loop did, for `rollout/occupancy`."""
@@ -253,7 +155,7 @@ class GroupedRollout(base_rollout.BaseRollout):
   def __init__(self, rollout_actor, tokenizer, mesh=None, rollout_config=None, *,
                lora_scale: float, decode_dtype: str = "float32", screen_lm_head: str = "auto",
                tool_runner: tools_lib.ToolRunner | None = None, max_tool_calls: int = 0,
-               slots: int = 0):
+               slots: int = 0, stop_text: str = ""):
     """An engine decoding with `rollout_actor`'s live weights.
 
     Args:
@@ -274,6 +176,8 @@ class GroupedRollout(base_rollout.BaseRollout):
         until the longest ends (lockstep); N > 0 keeps N rows busy, each
         taking the next pending completion when its own ends (continuous
         batching, continuous.py), with at most as many rows as completions.
+      stop_text: rollout.stop_text: a completion also ends right after it
+        (stop_text.py); "" = at stop tokens only.
 
     Raises:
       TypeError: `rollout_actor` is not a gemma3_rl.Gemma3.
@@ -314,6 +218,19 @@ class GroupedRollout(base_rollout.BaseRollout):
       raise ValueError("continuous batching (slots > 0) does not run tool calls yet")
     self._slots = slots
     self._decode_stats: list[DecodeStats] = []
+    self._stop_text = stop_text
+    self._next_state = None  # (host table, device table), built at the first generate()
+
+  def stop_text_table(self):
+    """(next_state_SxV on the host, on the device) for the stop text, or (None, None)."""
+    if not self._stop_text:
+      return None, None
+    if self._next_state is None:
+      vocab = self._model.embedder.input_embedding.get_value().shape[0]
+      table = stop_text_lib.transition_table(
+          stop_text_lib.token_texts(self._tokenizer, vocab), self._stop_text)
+      self._next_state = (table, jnp.asarray(table))
+    return self._next_state
 
   def tokenize(self, prompt: str) -> np.ndarray:
     """The ids Tunix's sampler feeds for `prompt` (<bos> once)."""
@@ -347,6 +264,7 @@ class GroupedRollout(base_rollout.BaseRollout):
         fn(*args, **kwargs), stop_ids, rng, new_tokens=rollout_config.max_tokens_to_generate,
         sampling=sampling, with_logps=with_logps, screen_width=screen_width, slots=slots,
         rows_per_prompt=rows_per_prompt)
+    text_table, _ = self.stop_text_table()
     turns = None
     steps = refills = None
     if slots:
@@ -364,9 +282,15 @@ class GroupedRollout(base_rollout.BaseRollout):
       # A tool result holds no stop token (multi_turn.ToolTurns drops them).
       hits = np.flatnonzero(np.isin(row, stops))
       end = hits[0] if hits.size else len(row)
+      if text_table is not None:
+        # What follows a stop text is the loop's filler (stop ids or zeros).
+        end = stop_text_lib.length_through(text_table, row[:end]) or end
       completions.append(row[:end])
       logprobs_out.append(row_logps[:end])
       kept_B.append(int(min(end, len(row) - 1)))  # tokens 1..end came from decode steps
+    texts = [self._tokenizer.decode(c.tolist()) for c in completions]
+    if text_table is not None:
+      self._check_stop_text(text_table, completions, texts)
     if steps is None:
       # Lockstep decodes every row until the last one's stop (or the limit).
       steps = max(min(len(c), tokens_BxT.shape[1] - 1) for c in completions)
@@ -375,17 +299,28 @@ class GroupedRollout(base_rollout.BaseRollout):
     if turns is not None:
       self._tool_turns.extend(turns.rows([len(c) for c in completions]))
     return base_rollout.RolloutOutput(
-        text=[self._tokenizer.decode(c.tolist()) for c in completions],
+        text=texts,
         logits=None,
         tokens=completions,
         left_padded_prompt_tokens=padded_BxP,
         logprobs=logprobs_out if with_logps else None,
     )
 
+  def _check_stop_text(self, table, completions, texts) -> None:
+    """Refuses a completion the stop text ended that does not hold it (a
+    tokenizer whose tokens' texts do not add up, stop_text.py): training on
+    it would be silently wrong."""
+    for ids, text in zip(completions, texts):
+      if stop_text_lib.length_through(table, ids) and self._stop_text not in text:
+        raise RuntimeError(
+            f"the decode loop stopped a completion at rollout.stop_text={self._stop_text!r} that"
+            f" does not hold it ({text[-80:]!r}); this tokenizer's token texts do not add up:"
+            " set --config.rollout.stop_text='' and report it")
+
   def _decode_with_tools(self, args, kwargs):
     """decode_call's loop, paused for each tool call (multi_turn.py); (turns, its outputs)."""
     (weights, embed_VxD, head_VxD, screen, final_norm_D, first_B, first_logp_B, prompt_cache,
-     next_position_B, valid_UxP, stop_ids, rng) = args
+     next_position_B, valid_UxP, stop_ids, next_state_SxV, rng) = args
     new_tokens, with_logps = kwargs["new_tokens"], kwargs["with_logps"]
     if self._call_ends is None:
       vocab = embed_VxD.shape[0]
@@ -396,15 +331,15 @@ class GroupedRollout(base_rollout.BaseRollout):
         self._tool_runner, self._tokenizer.decode, self._tokenizer.encode,
         max_calls=self._max_tool_calls, rows=first_B.shape[0], width=new_tokens,
         banned_ids=[i for i in [*specials, *np.asarray(stop_ids).tolist()] if i is not None])
-    carry = _decode_turn_start(first_B, first_logp_B, prompt_cache, stop_ids,
+    carry = lockstep.turn_start(first_B, first_logp_B, prompt_cache, stop_ids, next_state_SxV,
                                new_tokens=new_tokens, with_logps=with_logps)
     while True:
-      carry = _decode_turn(
+      carry = lockstep.turn(
           (*carry, jnp.zeros(first_B.shape, bool)), weights, embed_VxD, head_VxD, screen,
-          final_norm_D, prompt_cache, next_position_B, valid_UxP, stop_ids, rng,
+          final_norm_D, prompt_cache, next_position_B, valid_UxP, stop_ids, next_state_SxV, rng,
           (jnp.asarray(turns.forced_BxT), *self._call_ends), **kwargs)
-      t, paused = jax.device_get((carry[0], carry[7]))
-      carry = carry[:7]
+      t, paused = jax.device_get((carry[0], carry[8]))
+      carry = carry[:8]
       if int(t) >= new_tokens or not paused.any():
         break
       turns.resume(np.asarray(jax.device_get(carry[1])), int(t), paused)
@@ -412,7 +347,7 @@ class GroupedRollout(base_rollout.BaseRollout):
       # 0's results are fed to all, so a tool that answers differently in
       # another process cannot make their programs' inputs differ.
       turns.forced_BxT = distributed.from_chief(turns.forced_BxT)
-    _, tokens_BxT, logps_BxT, _, _, _, full_heads = carry
+    _, tokens_BxT, logps_BxT, _, _, _, full_heads, _ = carry
     return turns, jax.device_get((tokens_BxT, logps_BxT, full_heads))
 
   def take_tool_turns(self) -> list[multi_turn.RowTurns]:
@@ -458,16 +393,18 @@ class GroupedRollout(base_rollout.BaseRollout):
 
   def decode_call(self, prefilled, stop_ids, rng, *, new_tokens: int,
                   sampling: sampling_lib.Sampling, with_logps: bool, screen_width: int,
-                  slots: int = 0, rows_per_prompt: int = 1):
+                  slots: int = 0, rows_per_prompt: int = 1, next_state_SxV=None):
     """(the jitted decode loop, its arguments, its keywords), fed what the prefill returned;
-    with `slots`, the continuous-batching loop of that many rows (continuous.py)."""
+    with `slots`, the continuous-batching loop of that many rows (continuous.py).
+    `next_state_SxV` stands in for the stop text's table (plan lowers with its shape)."""
     (weights, head_VxD, screen, first_B, first_logp_B, prompt_cache, next_position_B,
      valid_UxP) = prefilled
     embed_VxD = self._model.embedder.input_embedding.get_value()
-    return continuous.decode_slots if slots else _decode, (
+    return continuous.decode_slots if slots else lockstep.decode, (
         weights, embed_VxD, embed_VxD if head_VxD is None else head_VxD, screen,
         self._model.final_norm.scale.get_value(), first_B, first_logp_B, prompt_cache,
-        next_position_B, valid_UxP, stop_ids, rng), dict(
+        next_position_B, valid_UxP, stop_ids,
+        self.stop_text_table()[1] if next_state_SxV is None else next_state_SxV, rng), dict(
             shapes=self._shapes, new_tokens=new_tokens, sampling=sampling,
             with_logps=with_logps, screen_width=screen_width,
             **(dict(slots=slots, rows_per_prompt=rows_per_prompt) if slots else {}))

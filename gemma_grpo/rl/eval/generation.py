@@ -92,7 +92,8 @@ class Generator:
                                              decode_dtype=decode_dtype,
                                              screen_lm_head=screen_lm_head,
                                              tool_runner=tool_runner,
-                                             max_tool_calls=max_tool_calls)
+                                             max_tool_calls=max_tool_calls,
+                                             stop_text=stop_text)
       return
     if engine != "tunix":
       raise ValueError(f"engine={engine!r}: must be 'grouped' or 'tunix'")

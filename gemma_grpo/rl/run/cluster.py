@@ -131,7 +131,7 @@ def rollout_engine(r: settings.RolloutSettings, lora_s: settings.LoraSettings):
                            screen_lm_head=r.screen_lm_head,
                            tool_runner=multi_turn.tool_runner(r),
                            max_tool_calls=r.max_tool_calls,
-                           slots=r.slots)
+                           slots=r.slots, stop_text=r.stop_text)
 
 
 def training_config(c: settings.Settings, workdir, writer):
