@@ -1,4 +1,8 @@
-"""`gemma-grpo plan`: a tiny config planned for a real TPU slice, and the ways it refuses."""
+"""`gemma-grpo plan`: a tiny config planned for a real TPU slice, and the ways it refuses.
+
+Also `--rollout-devices` (plan/split.py): the same slice split into a rollout
+group and an update group, predicted beside the shared layout.
+"""
 
 import json
 import math
@@ -22,6 +26,12 @@ def plan(tmp_path, *args, timeout=600):
 def tiny_on_v5e_8(tmp_path_factory):
   return plan(tmp_path_factory.mktemp("plan"), "--topology", "v5e-8",
               "--config.train.batch_size=4")
+
+
+@pytest.fixture(scope="module")
+def tiny_on_v5e_8_split(tmp_path_factory):
+  return plan(tmp_path_factory.mktemp("plan"), "--topology", "v5e-8",
+              "--config.train.batch_size=4", "--rollout-devices", "4")
 
 
 def test_a_tiny_config_fits_on_a_v5e_8_and_says_so(tiny_on_v5e_8):
@@ -76,6 +86,59 @@ def test_the_updates_flops_are_the_models_arithmetic_not_one_chunks(tiny_on_v5e_
   assert compiler < summed / 4
 
 
+def group_seconds(group: dict) -> float:
+  """A group's step bound from its programs' bounds and calls, as the JSON gives them."""
+  return sum(p["seconds_lower_bound"] * p["calls_per_step"] for p in group["programs"].values())
+
+
+def test_the_split_bound_is_the_slower_group_plus_the_adapter_transfer(tiny_on_v5e_8_split):
+  result, values = tiny_on_v5e_8_split
+  assert result.returncode == 0, result.stderr[-2000:]
+  split = values["split"]
+  assert split["runs_in_trainer"] is False and "staleness 1" in split["assumes"]
+  assert "HBM bandwidth" in split["transfer_assumption"]
+  rollout, update = split["rollout"], split["update"]
+  assert (rollout["devices"], update["devices"]) == (4, 4)
+  assert rollout["mesh"] == update["mesh"] == {"fsdp": 4, "tp": 1}  # tp kept, fsdp the rest
+  assert set(rollout["programs"]) == {"prefill", "decode"}
+  assert set(update["programs"]) == {"update", "reference"}
+  assert split["fits"] and rollout["fits"] and update["fits"]
+  # The rollout group holds no optimizer state.
+  assert rollout["resident_bytes_per_device"] < update["resident_bytes_per_device"]
+  # configs/tiny.py's adapters by hand: rank 4 on each projection of 2 layers
+  # (width 64, 4 query heads and 1 kv head of 16, MLP 128), A and B in float32:
+  # q 4*(64 + 4*16), kv 4*(64 + 2*16), out 4*(4*16 + 64), gate/up/down 4*(64 + 128).
+  per_layer = 4 * (64 + 64) + 4 * (64 + 32) + 4 * (64 + 64) + 3 * 4 * (64 + 128)
+  assert split["adapter_bytes"] == 2 * per_layer * 4
+  share = max(split["adapter_bytes_per_device"].values())
+  assert split["adapter_bytes"] / 4 <= share <= split["adapter_bytes"]
+  transfer = share / values["hbm_bandwidth_per_device"]
+  assert math.isclose(split["transfer_seconds_lower_bound"], transfer)
+  expected = max(group_seconds(rollout), group_seconds(update)) + transfer
+  assert math.isclose(split["step_seconds_lower_bound"], expected)
+  assert math.isclose(split["shared_step_seconds_lower_bound"], values["step_seconds_lower_bound"])
+  assert math.isclose(split["ratio_to_shared"], expected / values["step_seconds_lower_bound"])
+  assert "a prediction: the trainer does not run this layout yet" in result.stdout
+  assert f"split / shared = {expected / values['step_seconds_lower_bound']:.2f}" in result.stdout
+
+
+def _without_timings(text: str) -> str:
+  return "\n".join(line for line in text.splitlines()
+                   if "compiled in" not in line and "built from shapes" not in line)
+
+
+def test_without_the_flag_the_plan_is_unchanged(tiny_on_v5e_8, tiny_on_v5e_8_split):
+  (plain, plain_values), (split, split_values) = tiny_on_v5e_8, tiny_on_v5e_8_split
+  assert "split" not in plain_values and "split" not in plain.stdout
+  # The flag adds its section after the shared plan, which it leaves as it was.
+  assert _without_timings(split.stdout).startswith(_without_timings(plain.stdout))
+  for values in (plain_values, split_values):
+    for program in values["programs"].values():
+      del program["compile_seconds"]
+  del split_values["split"]
+  assert split_values == plain_values
+
+
 def test_a_config_that_cannot_fit_exits_2_naming_the_program(tmp_path):
   result, values = plan(tmp_path, "--topology", "v5e-1", "--config.train.batch_size=256",
                         "--config.rollout.max_new_tokens=8192", "--config.rollout.kv_cache_size=8448")
@@ -94,6 +157,11 @@ def test_a_config_that_cannot_fit_exits_2_naming_the_program(tmp_path):
     (["--topology", "v5e-1", "--config.rollout.engine=tunix"], "rollout.engine"),
     # configs/tiny.py has 4 query heads: tp=8 cannot split them, as training would find.
     (["--topology", "v5e-8", "--config.mesh.tp=8"], "cannot be split over mesh"),
+    (["--topology", "v5e-8", "--rollout-devices", "8"], "--rollout-devices 8: must be between 1 and 7"),
+    (["--topology", "v5e-8", "--config.mesh.tp=2", "--rollout-devices", "3"],
+     "--rollout-devices 3: each group (3 and 5 devices) must be a multiple of mesh.tp=2"),
+    (["--topology", "cpu", "--cpu-flops", "1e12", "--cpu-bandwidth", "1e10", "--rollout-devices", "1"],
+     "--rollout-devices 1: a split needs at least 2 devices"),
 ])
 def test_bad_input_is_one_line(tmp_path, args, message):
   result, _ = plan(tmp_path, *args, timeout=300)

@@ -7,6 +7,7 @@
   hlo_flops matmul FLOPs with every loop counted as often as it runs
   analysis  one compiled program's memory, FLOPs and time bounds on one device
   planner   the step: compile, judge (fits?), bound its time
+  split     a predicted layout: the rollout and the update on disjoint device groups
   report    the plan as text
   command   the CLI
 """

@@ -1,7 +1,7 @@
 """`gemma-grpo plan`: will this config fit on that slice, and how fast can its step go?
 
   gemma-grpo plan --config configs/gemma3_1b.py --topology v5e-8 [--json OUT]
-                  [--config.section.key=value ...]
+                  [--rollout-devices N] [--config.section.key=value ...]
 
 Compiles the training step's programs (update, reference, prefill, decode)
 for the slice on this machine, with no accelerator and no weights, and
@@ -10,6 +10,10 @@ bound and MFU bound, and a verdict. Exit codes: 0 fits; 2 bad input, or it
 does not fit (one `error:` line naming the program, the bytes and a fix).
 `--topology cpu` plans for this machine's own devices, whose figures must be
 given (`--cpu-flops`, `--cpu-bandwidth`; bench/roofline.py measures them).
+`--rollout-devices N` also predicts a layout the trainer does not run yet:
+the rollout on N devices and the update on the rest, one step apart
+(split.py), and prints its step bound beside the shared layout's (exit 2
+if a group does not fit).
 """
 
 from __future__ import annotations
@@ -38,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--cpu-flops", type=float, help=_CPU_HELP.format("matmul FLOP/s"))
   parser.add_argument("--cpu-bandwidth", type=float, help=_CPU_HELP.format("read bytes/s"))
   parser.add_argument("--cpu-memory", type=float, help="bytes a CPU device may use (default: all RAM)")
+  parser.add_argument("--rollout-devices", type=int, default=0, metavar="N",
+                      help="also predict the rollout on N devices and the update on the rest,"
+                           " samples one update old (a layout the trainer does not run yet)")
   return parser
 
 
@@ -86,6 +93,7 @@ def _run(c: settings.Settings, topology, args) -> int:
   from gemma_grpo.plan import devices as devices_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.plan import planner  # pylint: disable=g-import-not-at-top
   from gemma_grpo.plan import report  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.plan import split  # pylint: disable=g-import-not-at-top
 
   if topology.platform == "cpu":
     devices = jax.devices()
@@ -93,6 +101,8 @@ def _run(c: settings.Settings, topology, args) -> int:
     devices = devices_lib.for_topology(topology)
   config_lib.mesh_shape(c.mesh, len(devices))  # a mesh that cannot fill the slice: one line
   mesh = devices_lib.mesh_for(c.mesh, devices)
+  # The groups are checked before anything compiles, which takes minutes.
+  groups = split.meshes(devices, args.rollout_devices, mesh.shape["tp"]) if args.rollout_devices else None
   # "auto" is resolved for the slice's backend, not this machine's: the LM
   # head's screen was measured faster only on CPUs (lm_head_screen.py).
   screen = c.rollout.screen_lm_head
@@ -111,12 +121,36 @@ def _run(c: settings.Settings, topology, args) -> int:
                          "programs": {}, "step_seconds_lower_bound": None})
     raise errors.UserError(f"does not fit on {topology.name}: {e}") from None
   print(report.render(result, c), flush=True)
+  values = result.to_json() | {"config": args.config}
+  layout = None
+  if groups is not None:
+    layout = _split(c, topology, result, groups, screen, args, values)
+    print(report.render_split(layout), flush=True)
+    values["split"] = layout.to_json()
   if args.json:
-    _write(args.json, result.to_json() | {"config": args.config})
+    _write(args.json, values)
   why = planner.overflow(result)
   if why is not None:
     raise errors.UserError(f"does not fit on {topology.name}: {why}")
+  if layout is not None and not layout.fits:
+    raise errors.UserError(f"split layout does not fit on {topology.name}: {layout.overflow()}")
   return 0
+
+
+def _split(c: settings.Settings, topology, shared, groups, screen: str, args, values: dict):
+  """The split layout's plan; one line (and the JSON so far) if a group cannot compile."""
+  from gemma_grpo.plan import split  # pylint: disable=g-import-not-at-top
+
+  try:
+    layout = split.plan(c, topology, shared, groups, screen_lm_head=screen,
+                        log=lambda line: print(line, flush=True))
+  except split.GroupDoesNotFit as e:
+    if args.json:
+      _write(args.json, values | {"split": {
+          "runs_in_trainer": False, "fits": False, "rollout_devices": args.rollout_devices,
+          "overflow": {"group": e.group, "program": e.cause.program, "needed_bytes": e.cause.needed}}})
+    raise errors.UserError(f"split layout does not fit on {topology.name}: {e}") from None
+  return layout
 
 
 def _write(path: pathlib.Path, values: dict) -> None:

@@ -5,7 +5,10 @@ new token), the reference pass, and the update once per micro-batch. Its
 time bound is the sum of each program's bound times its calls; its memory
 peak is the largest program's, counting the training state (weights,
 adapters, optimizer) that stays resident while a program that does not take
-it as an argument runs.
+it as an argument runs. A device group that runs only some of the programs
+(split.py: the rollout on some devices, the update on the others) is planned
+the same way over just those programs; without the update it holds no
+optimizer.
 """
 
 from __future__ import annotations
@@ -53,6 +56,8 @@ class Plan:
   resident_bytes: int  # weights, adapters, optimizer state per device
   programs: dict[str, analysis.Program]
   resident_outside: dict[str, int]  # resident bytes a program does not take as arguments
+  adapter_bytes: int  # the LoRA adapters one device holds
+  adapter_total_bytes: int  # all of the adapters, as one copy (what a split layout sends)
 
   def step_peak_bytes(self, name: str) -> int:
     return self.programs[name].peak_bytes + self.resident_outside[name]
@@ -127,12 +132,12 @@ class Plan:
     }
 
 
-def _device_bytes(tree) -> int:
-  """Bytes of `tree`'s ShapeDtypeStructs that one device holds."""
+def _device_bytes(tree, *, whole: bool = False) -> int:
+  """Bytes of `tree`'s ShapeDtypeStructs that one device holds (all of them if `whole`)."""
   total = 0
   for x in jax.tree.leaves(tree):
     if isinstance(x, jax.ShapeDtypeStruct):
-      shard = x.sharding.shard_shape(x.shape) if x.sharding is not None else x.shape
+      shard = x.sharding.shard_shape(x.shape) if x.sharding is not None and not whole else x.shape
       total += jax.numpy.dtype(x.dtype).itemsize * math.prod(shard)
   return total
 
@@ -148,8 +153,8 @@ def _compile(name: str, lowered, chip: chips.Chip):
 
 
 def plan(c: settings.Settings, topology: chips.Topology, devices: list, mesh,
-         *, screen_lm_head: str, log=print) -> Plan:
-  """Builds, compiles and analyses the four programs of `c`'s step on `mesh`."""
+         *, screen_lm_head: str, log=print, names: tuple[str, ...] = programs_lib.NAMES) -> Plan:
+  """Builds, compiles and analyses the programs `names` (all four) of `c`'s step on `mesh`."""
   start = time.perf_counter()
   builder = programs_lib.Builder(c, mesh, screen_lm_head=screen_lm_head)
   log(f"  models built from shapes ({time.perf_counter() - start:.0f} s)")
@@ -160,7 +165,7 @@ def plan(c: settings.Settings, topology: chips.Topology, devices: list, mesh,
   # Decode looks up one row of the input embedding per token (the LM head,
   # passed separately, is read whole).
   unread = {"decode": _device_bytes(builder.actor.embedder.input_embedding.get_value())}
-  for name in programs_lib.NAMES:
+  for name in names:
     if not calls[name] and name == "reference":
       continue
     t0 = time.perf_counter()
@@ -171,9 +176,11 @@ def plan(c: settings.Settings, topology: chips.Topology, devices: list, mesh,
                                      calls_per_step=calls[name], compile_seconds=seconds,
                                      unread_bytes=unread.get(name, 0))
     log(f"  {name}: compiled in {seconds:.0f} s")
-  lora_bytes = _device_bytes(nnx.state(builder.actor, nnx.LoRAParam))
+  adapters = nnx.state(builder.actor, nnx.LoRAParam)
+  lora_bytes = _device_bytes(adapters)
   model_bytes = _device_bytes(nnx.state(builder.actor))
-  optimizer_bytes = _device_bytes(nnx.state(builder.optimizer))
+  # The optimizer lives where the update runs (the update builds it).
+  optimizer_bytes = _device_bytes(nnx.state(builder.optimizer)) if "update" in names else 0
   embed_and_norm = _device_bytes((builder.actor.embedder.input_embedding.get_value(),
                                   builder.actor.final_norm.scale.get_value()))
   resident = model_bytes + optimizer_bytes
@@ -181,7 +188,9 @@ def plan(c: settings.Settings, topology: chips.Topology, devices: list, mesh,
              "decode": resident - embed_and_norm}
   result = Plan(topology=topology.name, chip=topology.chip, devices=len(devices),
                 mesh=dict(mesh.shape), model=_describe(c), resident_bytes=resident,
-                programs=results, resident_outside={n: outside[n] for n in results})
+                programs=results, resident_outside={n: outside[n] for n in results},
+                adapter_bytes=lora_bytes,
+                adapter_total_bytes=_device_bytes(adapters, whole=True))
   return result
 
 

@@ -5,12 +5,26 @@ from __future__ import annotations
 
 from gemma_grpo.config import settings
 from gemma_grpo.plan import planner
+from gemma_grpo.plan import split as split_lib
 
 GIB = 2**30
 
 
 def _gib(n: float) -> str:
   return f"{n / GIB:.2f}"
+
+
+def _table(p: planner.Plan) -> list[str]:
+  """One row per program: memory per device, FLOPs and time bound per call, calls per step."""
+  lines = ["per device     args GiB  temp GiB  out GiB  peak GiB  +resident  TFLOP/call"
+           "  bound s/call  by       calls/step"]
+  for name, prog in p.programs.items():
+    lines.append(
+        f"{name:<13} {_gib(prog.argument_bytes):>9} {_gib(prog.temp_bytes):>9}"
+        f" {_gib(prog.output_bytes):>8} {_gib(prog.peak_bytes):>9} {_gib(p.step_peak_bytes(name)):>10}"
+        f" {prog.flops / 1e12:>11.3f} {prog.seconds(p.chip):>13.4f}  {prog.bound_by(p.chip):<8}"
+        f" {prog.calls_per_step:>10g}")
+  return lines
 
 
 def render(p: planner.Plan, c: settings.Settings) -> str:
@@ -22,16 +36,7 @@ def render(p: planner.Plan, c: settings.Settings) -> str:
       f"step: {c.train.batch_size} prompts x {c.grpo.num_generations} completions,"
       f" prompts {c.rollout.max_prompt_length} + {c.rollout.max_new_tokens} new tokens",
       "",
-      "per device     args GiB  temp GiB  out GiB  peak GiB  +resident  TFLOP/call"
-      "  bound s/call  by       calls/step",
-  ]
-  for name, prog in p.programs.items():
-    lines.append(
-        f"{name:<13} {_gib(prog.argument_bytes):>9} {_gib(prog.temp_bytes):>9}"
-        f" {_gib(prog.output_bytes):>8} {_gib(prog.peak_bytes):>9} {_gib(p.step_peak_bytes(name)):>10}"
-        f" {prog.flops / 1e12:>11.3f} {prog.seconds(chip):>13.4f}  {prog.bound_by(chip):<8}"
-        f" {prog.calls_per_step:>10g}")
-  lines += [
+      *_table(p),
       "",
       f"resident training state (weights, adapters, optimizer): {_gib(p.resident_bytes)} GiB per device",
       f"step time lower bound: {p.step_seconds:.2f} s ("
@@ -48,4 +53,35 @@ def render(p: planner.Plan, c: settings.Settings) -> str:
     lines.append(f"verdict: does not fit on {p.topology}: {why}")
   lines.append("decode is counted per token (its loop's body once), times the new tokens;"
                " the step bound assumes every completion runs to rollout.max_new_tokens")
+  return "\n".join(lines)
+
+
+def render_split(s: split_lib.Split) -> str:
+  """The split layout's prediction, beside the shared layout's bound it is compared with."""
+  r, u = s.rollout, s.update
+  lines = [
+      "",
+      (f"split layout: rollout on {r.devices} devices, update on {u.devices} (a prediction:"
+       " the trainer does not run this layout yet)"),
+      f"assumes {split_lib.ASSUMES}",
+  ]
+  for group, p in (("rollout", r), ("update", u)):
+    fits = "fits" if p.fits else "does not fit"
+    lines += ["", (f"{group} group: {p.devices} devices, mesh {p.mesh}, peak {_gib(p.peak_bytes)}"
+                   f" of {_gib(p.chip.hbm_bytes)} GiB per device, resident {_gib(p.resident_bytes)}"
+                   f" GiB, bound {p.step_seconds:.3g} s ({fits})"), *_table(p)]
+  cost_ratio = s.step_cost_model_seconds / s.shared.step_cost_model_seconds
+  lines += [
+      "",
+      (f"adapter transfer: {s.shared.adapter_total_bytes / 2**20:.1f} MiB a step, at least"
+       f" {s.transfer_seconds:.3g} s ({split_lib.TRANSFER})"),
+      (f"split step time lower bound: max(rollout {r.step_seconds:.3g} s, update"
+       f" {u.step_seconds:.3g} s) + transfer {s.transfer_seconds:.3g} s = {s.step_seconds:.3g} s;"
+       f" shared {s.shared.step_seconds:.3g} s; split / shared = {s.ratio:.2f}"),
+      (f"with the compiler's bytes accessed: split {s.step_cost_model_seconds:.3g} s,"
+       f" shared {s.shared.step_cost_model_seconds:.3g} s, split / shared = {cost_ratio:.2f}"),
+  ]
+  why = s.overflow()
+  lines.append(f"split verdict: fits on {s.shared.topology} split {r.devices} + {u.devices}"
+               if why is None else f"split verdict: does not fit: {why}")
   return "\n".join(lines)
