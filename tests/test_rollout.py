@@ -391,7 +391,8 @@ def test_a_row_ends_right_after_its_stop_text_with_the_tokens_it_would_have_draw
   for got_logps, free_logps, w in zip(got.logprobs, free.logprobs, want):
     np.testing.assert_array_equal(got_logps, free_logps[:len(w)])
   [free_stats], [stats] = running_on.take_decode_stats(), stopping.take_decode_stats()
-  assert stats.kept == sum(min(len(w), MAX_NEW - 1) for w in want) < free_stats.kept
+  assert stats.kept == sum(len(w) - 1 if len(w) < MAX_NEW else MAX_NEW - 1 for w in want)
+  assert stats.kept < free_stats.kept
   assert stats.steps <= free_stats.steps
 
 
@@ -406,7 +407,9 @@ def test_every_row_ending_at_its_stop_text_ends_the_lockstep_loop(tiny_setup):
     got = [t.tolist() for t in generate(stopping, mesh, GROUPED).tokens]
     assert got == [learner_cut(tokenizer, row, stop) for row in rows]
     [stats] = stopping.take_decode_stats()
-    assert stats.steps == max(min(len(g), MAX_NEW - 1) for g in got)
+    # A row of n tokens ended by its text took n - 1 decode steps (the first is the prefill's).
+    used = [len(g) - 1 if stop in tokenizer.decode(g) else MAX_NEW - 1 for g in got]
+    assert stats.kept_B == tuple(used) and stats.steps == max(used)
 
 
 def test_a_stop_the_decoded_text_does_not_hold_is_refused(tiny_setup, monkeypatch):

@@ -282,18 +282,20 @@ class GroupedRollout(base_rollout.BaseRollout):
       # A tool result holds no stop token (multi_turn.ToolTurns drops them).
       hits = np.flatnonzero(np.isin(row, stops))
       end = hits[0] if hits.size else len(row)
-      if text_table is not None:
-        # What follows a stop text is the loop's filler (stop ids or zeros).
-        end = stop_text_lib.length_through(text_table, row[:end]) or end
+      # Decode steps that made the row's tokens 1..end-1 and the stop token at end.
+      used = min(end, len(row) - 1)
+      through = None if text_table is None else stop_text_lib.length_through(text_table, row[:end])
+      if through:  # what follows the stop text is the loop's filler (stop ids or zeros)
+        end, used = through, through - 1
       completions.append(row[:end])
       logprobs_out.append(row_logps[:end])
-      kept_B.append(int(min(end, len(row) - 1)))  # tokens 1..end came from decode steps
+      kept_B.append(int(used))
     texts = [self._tokenizer.decode(c.tolist()) for c in completions]
     if text_table is not None:
       self._check_stop_text(text_table, completions, texts)
     if steps is None:
       # Lockstep decodes every row until the last one's stop (or the limit).
-      steps = max(min(len(c), tokens_BxT.shape[1] - 1) for c in completions)
+      steps = max(kept_B)
     self._decode_stats.append(DecodeStats(steps=int(steps), slots=slots or len(prompts),
                                           kept_B=tuple(kept_B), refills=int(refills or 0)))
     if turns is not None:

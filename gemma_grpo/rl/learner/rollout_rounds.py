@@ -44,7 +44,8 @@ def kept_through_stop_text(stats: Sequence, kept_tokens_B: np.ndarray) -> list:
   """The engine's stats, each completion's kept decode steps ending where the
   learner cut it at rollout.stop_text.
 
-  The engine stops a row at a stop token only; the tokens it decodes after
+  The engine stops a row right after its stop text where its automaton sees
+  it (rl/engine/stop_text.py), which may miss it; tokens it decoded after
   the stop text are discarded, so they count as idle slot-steps, not kept
   ones. `kept_tokens_B`: per completion, in the order of the stats' rows, the
   tokens left after the cut (the first came from the prefill), or -1 where
