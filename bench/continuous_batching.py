@@ -2,7 +2,7 @@
 
   flock /tmp/gemma_grpo_heavy.lock python bench/continuous_batching.py [--prompts 2]
       [--generations 8] [--new-tokens 256] [--slots 4,8,16] [--rounds 2]
-      [--out docs/results/continuous_batching/gsm8k_270m.txt]
+      [--stop-text "</answer>"] [--out docs/results/continuous_batching/gsm8k_270m.txt]
 About 15 min on a 2-core CPU with the defaults (a model load, one compile
 per engine, then rounds of one rollout per engine); --smoke does the same on
 a random 2-layer Gemma-3 (timings meaningless).
@@ -15,7 +15,12 @@ the offline Gemma-3-270M LoRA policy (bench/rollout.py's build_policy,
 float32). Completions stop at <eos>, <end_of_turn> or "\\n\\n": the base 270M
 never writes the first two, and after its "</answer>" it writes "\\n\\n" (or
 rambles on to the limit), so completion lengths vary widely as on a
-reasoning task.
+reasoning task. With --stop-text, completions stop at <eos>, <end_of_turn>
+or right after the stop text, as the offline config's do (rollout.stop_text),
+and an extra engine, "cut after", is lockstep decoding that stops at the
+stop ids only and cuts after the stop text on the host (the engine before
+rl/engine/stop_text.py); every engine's tokens are then the ones a learner
+keeps, and ratios are to "cut after".
 
 Engines: the grouped engine in lockstep (rollout.slots=0: every completion
 decodes until the longest ends) and with continuous batching at each slot
@@ -61,6 +66,7 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument("--new-tokens", type=int, default=256, help="max_new_tokens")
   p.add_argument("--slots", default="4,8,16", help="slot counts for continuous batching")
   p.add_argument("--rounds", type=int, default=2, help="timed rollouts per engine")
+  p.add_argument("--stop-text", default="", help="end completions right after this text")
   p.add_argument("--smoke", action="store_true", help="random 2-layer Gemma-3: the plumbing only")
   p.add_argument("--out", type=pathlib.Path, help="also write the output here (.txt)")
   return p.parse_args(argv)
@@ -98,7 +104,9 @@ def main(argv=None) -> int:
   import numpy as np  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
 
+  from gemma_grpo.model import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from gemma_grpo.rl.engine import rollout  # pylint: disable=g-import-not-at-top
+  from gemma_grpo.rl.learner import rollout_rounds  # pylint: disable=g-import-not-at-top
   from rollout import build_policy  # bench/rollout.py  # pylint: disable=g-import-not-at-top
 
   started = datetime.datetime.now(datetime.timezone.utc)
@@ -113,10 +121,24 @@ def main(argv=None) -> int:
   names = ["lockstep"] + [f"slots={s}" for s in slot_counts]
   engines = {name: rollout.GroupedRollout(actor, tokenizer, mesh,
                                           lora_scale=common.LORA_ALPHA / common.LORA_RANK,
-                                          slots=slots)
+                                          slots=slots, stop_text=args.stop_text)
              for name, slots in zip(names, [0] + slot_counts)}
+  stop_ids = STOP_IDS
+  if args.stop_text:
+    stop_ids = STOP_IDS[:2]
+    names.insert(0, "cut after")
+    engines["cut after"] = rollout.GroupedRollout(
+        actor, tokenizer, mesh, lora_scale=common.LORA_ALPHA / common.LORA_RANK)
+  base = names[0]
 
-  def run(engine, key, stop_ids=STOP_IDS) -> dict:
+  def kept(tokens) -> list[int]:
+    """A completion's tokens through its stop text (the learner's cut), or all."""
+    tokens = tokens.tolist()
+    cut = tokenizer_lib.tokens_through(tokens, tokenizer.decode(tokens), args.stop_text,
+                                       tokenizer)
+    return tokens if cut is None else tokens[:cut[0]]
+
+  def run(engine, key, stop_ids=stop_ids) -> dict:
     config = base_rollout.RolloutConfig(
         max_tokens_to_generate=args.new_tokens, max_prompt_length=prompt_width,
         kv_cache_size=prompt_width + args.new_tokens, temperature=common.TEMPERATURE,
@@ -126,10 +148,14 @@ def main(argv=None) -> int:
       out = engine.generate(texts, config)
     seconds = time.perf_counter() - start  # tokens are on the host: synchronous
     [stats] = engine.take_decode_stats()
-    lengths = [len(t) for t in out.tokens]
+    completions = [kept(t) for t in out.tokens]
+    lengths = [len(t) for t in completions]
+    cut = [len(c) if len(c) < len(t) else -1 for c, t in zip(completions, out.tokens)]
+    # Slot-steps that made a token the learner keeps (as learner.py counts them).
+    [stats] = rollout_rounds.kept_through_stop_text([stats], np.array(cut))
     return {"seconds": seconds, "tokens": sum(lengths), "lengths": lengths,
             "steps": stats.steps, "occupancy": stats.kept / max(stats.steps * stats.slots, 1),
-            "refills": stats.refills, "completions": [t.tolist() for t in out.tokens]}
+            "refills": stats.refills, "completions": completions}
 
   key = jax.random.PRNGKey(0)
   warm = {}
@@ -143,7 +169,7 @@ def main(argv=None) -> int:
     say(f"# round {r + 1}: " + ", ".join(
         f"{n} {rounds[-1][n]['seconds']:.1f} s" for n in order))
 
-  lengths = np.array(rounds[0]["lockstep"]["lengths"])
+  lengths = np.array(rounds[0][base]["lengths"])
   say(f"{len(texts)} completions ({args.prompts} GSM8K problems x G={args.generations}),"
       f" max_new_tokens={args.new_tokens}, prompt width {prompt_width};"
       f" round 1's completion lengths: min {lengths.min()}, median {int(np.median(lengths))},"
@@ -154,22 +180,25 @@ def main(argv=None) -> int:
   for name in names:
     runs = [rd[name] for rd in rounds]
     rate = med([x["tokens"] / x["seconds"] for x in runs])
-    ratio = med([x["tokens"] / x["seconds"] / (rd["lockstep"]["tokens"] / rd["lockstep"]["seconds"])
+    ratio = med([x["tokens"] / x["seconds"] / (rd[base]["tokens"] / rd[base]["seconds"])
                  for x, rd in zip(runs, rounds)])
     ms_step = med([1000 * x["seconds"] / max(x["steps"], 1) for x in runs])
     rows.append((name, f"{rate:.1f}", f"{ratio:.2f}", f"{med([x['seconds'] for x in runs]):.1f}",
                  int(med([x["steps"] for x in runs])), f"{med([x['occupancy'] for x in runs]):.2f}",
                  f"{ms_step:.0f}", int(med([x["refills"] for x in runs]))))
-  header = ("engine", "tokens/s", "vs lockstep", "seconds", "decode steps", "occupancy",
+  header = ("engine", "tokens/s", f"vs {base}", "seconds", "decode steps", "occupancy",
             "ms/step", "refills")
   widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
   for row in [header, ["-" * w for w in widths], *rows]:
     say("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
   largest = names[-1]
   same = all(rd[n]["completions"] == rd[largest]["completions"]
-             for rd in rounds for n in names[1:])
+             for rd in rounds for n in names if n.startswith("slots"))
   say(f"every slot count drew the completions of {largest} (same key): {same}")
-  say(f"median ratio of tokens/s to lockstep: "
+  if args.stop_text:
+    same = all(rd["lockstep"]["completions"] == rd["cut after"]["completions"] for rd in rounds)
+    say(f"lockstep with the stop text kept the tokens of cut after (same key): {same}")
+  say(f"median ratio of tokens/s to {base}: "
       + ", ".join(f"{r[0]} {r[2]}x" for r in rows[1:]))
   if args.out:
     args.out.parent.mkdir(parents=True, exist_ok=True)
