@@ -22,10 +22,10 @@ def test_auto_screens_only_on_cpus_with_bfloat16_matrix_units(tmp_path, flags, p
   assert lm_head_screen.screen_pays_off(str(tmp_path / "missing")) is False
 
 
-def screened_top(normed_BxD, head_VxD, k, width, temperature=1.0):
+def screened_top(normed_BxD, head_VxD, k, width, temperature=1.0, live_B=None):
   screen = (head_VxD.astype(jnp.bfloat16), jnp.max(jnp.linalg.norm(head_VxD, axis=-1)))
   return jax.jit(lm_head_screen.screened_top, static_argnums=(4, 5, 6))(
-      normed_BxD, head_VxD, *screen, k, width, temperature)
+      normed_BxD, head_VxD, *screen, k, width, temperature, live_B)
 
 
 def full_top(normed_BxD, head_VxD, k, temperature=1.0):
@@ -55,6 +55,27 @@ def test_a_flat_tail_defeats_the_proof_and_the_full_head_answers():
   assert not bool(proved)
   np.testing.assert_array_equal(ids_BxK, want_ids_BxK)
   np.testing.assert_array_equal(top_BxK, want_top_BxK)
+
+
+def test_an_ended_rows_flat_tail_does_not_make_the_live_rows_read_the_full_head():
+  rng = np.random.default_rng(1)
+  # Row 1 meets the flat tail above; row 0 reads a head it can prove.
+  head_VxD = np.asarray(0.01 * rng.normal(size=(4096, 32)), np.float32)
+  head_VxD[:300, 1] = 1.0 + 1e-4 * rng.normal(size=300)
+  head_VxD[4000:4005, 0] = [5.0, 4.5, 4.0, 3.5, 3.0]  # a clear top 5
+  head_VxD = jnp.asarray(head_VxD)
+  normed_BxD = jnp.asarray(np.eye(2, 32), jnp.float32)
+  _, _, proved = screened_top(normed_BxD, head_VxD, k=5, width=16)
+  assert not bool(proved)
+  top_BxK, ids_BxK, proved = screened_top(normed_BxD, head_VxD, k=5, width=16,
+                                          live_B=jnp.array([True, False]))
+  want_top_BxK, want_ids_BxK = full_top(normed_BxD, head_VxD, k=5)
+  assert bool(proved)
+  np.testing.assert_array_equal(ids_BxK[0], want_ids_BxK[0])
+  np.testing.assert_allclose(top_BxK[0], want_top_BxK[0], rtol=1e-6)
+  _, _, proved = screened_top(normed_BxD, head_VxD, k=5, width=16,
+                              live_B=jnp.array([False, True]))
+  assert not bool(proved)  # a live row's flat tail still needs the full head
 
 
 def test_the_screen_error_bound_holds_where_rounding_is_worst():

@@ -100,7 +100,7 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
     if screen_width:
       top_SxK, ids_SxK, proved = lm_head_screen.screened_top(
           normed_SxD, head_VxD, *screen, 1 if sampling.greedy else sampling.top_k, screen_width,
-          sampling.temperature)
+          sampling.temperature, active_S)
       full_heads += 1 - proved.astype(jnp.int32)
       token_S = (ids_SxK[:, 0].astype(jnp.int32) if sampling.greedy
                  else sampling_lib.draw_rows(top_SxK, ids_SxK, step_keys_S, sampling))

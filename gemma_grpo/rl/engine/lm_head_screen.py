@@ -97,7 +97,7 @@ def screen_candidates(screen_BxV, width: int):
 
 
 def screened_top(normed_BxD, head_VxD, screen_VxD, head_norm_max, k: int, width: int,
-                 temperature: float):
+                 temperature: float, live_B=None):
   """The k largest float32 head logits / temperature and their ids, sorted, as
   `jax.lax.top_k(project(normed, head) / temperature, k)` gives them up to
   float32 rounding; and whether the screen proved them.
@@ -108,7 +108,9 @@ def screened_top(normed_BxD, head_VxD, screen_VxD, head_norm_max, k: int, width:
   than the screen's error bound, no token outside the candidates can be in
   the top k: the result is the float32 head's. Otherwise (a row whose
   logits are flat beyond the candidates) this step computes the whole
-  float32 head, as without the screen.
+  float32 head, as without the screen. Rows not in `live_B` (ended ones,
+  whose tokens are thrown away) need no proof: a rambling row that has
+  already ended would otherwise make whole-head steps for nothing.
   """
   # Written [V, B] (head_logits), the faster form for the head's outputs.
   beyond_B, candidates_BxW = screen_candidates(
@@ -116,7 +118,8 @@ def screened_top(normed_BxD, head_VxD, screen_VxD, head_norm_max, k: int, width:
   exact_BxW = jnp.einsum("bd,bwd->bw", normed_BxD, head_VxD[candidates_BxW])
   top_BxK, at_BxK = jax.lax.top_k(exact_BxW, k)
   margin_B = screen_error_bound(normed_BxD, head_norm_max)
-  proved = jnp.all(top_BxK[:, -1] > beyond_B + margin_B)
+  proved_B = top_BxK[:, -1] > beyond_B + margin_B
+  proved = jnp.all(proved_B if live_B is None else proved_B | ~live_B)
 
   def from_candidates():
     return top_BxK / temperature, jnp.take_along_axis(candidates_BxW, at_BxK, axis=-1)
@@ -131,13 +134,13 @@ def screened_top(normed_BxD, head_VxD, screen_VxD, head_norm_max, k: int, width:
 
 
 def screened_token(normed_BxD, head_VxD, screen, key, sampling: sampling_lib.Sampling,
-                   width: int):
+                   width: int, live_B=None):
   """(the token of each row, whether the screen proved this step), drawn from
   the float32 head's top-k that `screened_top` gives. `screen` is the head's
   bfloat16 copy and its largest row norm."""
   top_BxK, ids_BxK, proved = screened_top(
       normed_BxD, head_VxD, *screen, 1 if sampling.greedy else sampling.top_k, width,
-      sampling.temperature)
+      sampling.temperature, live_B)
   token_B = (ids_BxK[:, 0].astype(jnp.int32) if sampling.greedy
              else sampling_lib.draw_from_top(top_BxK, ids_BxK, key, sampling))
   return token_B, proved

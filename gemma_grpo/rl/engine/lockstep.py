@@ -81,7 +81,7 @@ def loop(carry, weights, embed_VxD, head_VxD, screen, final_norm_D, prompt_cache
     # (GroupedRollout.settings); each branch reads only what it computes.
     if screen_width:
       token_B, proved = lm_head_screen.screened_token(normed_BxD, head_VxD, screen, key, sampling,
-                                                      screen_width)
+                                                      screen_width, ~done_B)
       full_heads += 1 - proved.astype(jnp.int32)
       token_B, from_tool_B, paused_B = settle(token_B)
     else:
