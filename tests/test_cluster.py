@@ -97,7 +97,7 @@ def test_rollout_engine_picks_tunix_or_ours(engine, want):
                                "decode_dtype": tiny.rollout.decode_dtype,
                                "screen_lm_head": tiny.rollout.screen_lm_head,
                                "tool_runner": None, "max_tool_calls": tiny.rollout.max_tool_calls,
-                               "slots": 0}
+                               "slots": 0, "stop_text": tiny.rollout.stop_text}
 
 
 def test_the_rollout_engine_decodes_in_the_configured_dtype():
