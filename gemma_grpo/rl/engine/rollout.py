@@ -277,7 +277,7 @@ class GroupedRollout(base_rollout.BaseRollout):
     tokens_BxT, logps_BxT = np.asarray(tokens_BxT), np.asarray(logps_BxT)
     self.full_head_steps = int(full_heads)
     stops = np.asarray(stop_ids)
-    completions, logprobs_out, kept_B = [], [], []
+    completions, logprobs_out, kept_B, by_text = [], [], [], []
     for row, row_logps in zip(tokens_BxT, logps_BxT):
       # A tool result holds no stop token (multi_turn.ToolTurns drops them).
       hits = np.flatnonzero(np.isin(row, stops))
@@ -287,12 +287,12 @@ class GroupedRollout(base_rollout.BaseRollout):
       through = None if text_table is None else stop_text_lib.length_through(text_table, row[:end])
       if through:  # what follows the stop text is the loop's filler (stop ids or zeros)
         end, used = through, through - 1
+      by_text.append(bool(through))
       completions.append(row[:end])
       logprobs_out.append(row_logps[:end])
       kept_B.append(int(used))
     texts = [self._tokenizer.decode(c.tolist()) for c in completions]
-    if text_table is not None:
-      self._check_stop_text(text_table, completions, texts)
+    self._check_stop_text(by_text, texts)
     if steps is None:
       # Lockstep decodes every row until the last one's stop (or the limit).
       steps = max(kept_B)
@@ -308,12 +308,12 @@ class GroupedRollout(base_rollout.BaseRollout):
         logprobs=logprobs_out if with_logps else None,
     )
 
-  def _check_stop_text(self, table, completions, texts) -> None:
-    """Refuses a completion the stop text ended that does not hold it (a
-    tokenizer whose tokens' texts do not add up, stop_text.py): training on
-    it would be silently wrong."""
-    for ids, text in zip(completions, texts):
-      if stop_text_lib.length_through(table, ids) and self._stop_text not in text:
+  def _check_stop_text(self, by_text, texts) -> None:
+    """Refuses a completion the stop text ended (`by_text`) that does not hold
+    it (a tokenizer whose tokens' texts do not add up, stop_text.py): training
+    on it would be silently wrong."""
+    for ended, text in zip(by_text, texts):
+      if ended and self._stop_text not in text:
         raise RuntimeError(
             f"the decode loop stopped a completion at rollout.stop_text={self._stop_text!r} that"
             f" does not hold it ({text[-80:]!r}); this tokenizer's token texts do not add up:"
