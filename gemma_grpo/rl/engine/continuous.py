@@ -7,6 +7,14 @@ slot takes the next waiting one in the same step. Rows sit at their own
 completion slot and position, with their own prompt (decode_layers'
 per-row attention), and every sample draws with its own key.
 
+With `carried` (rollout.max_staleness > 0, carry_over.py), the slots outlive
+a call: the call starts with the samples the last one left in its slots, at
+their own completion slots, with their own caches and keys, and stops as
+soon as a slot would idle, leaving its unfinished samples in the slots for
+the next call, except the samples marked `finish_S`, which it decodes to
+their end. Between calls the adapters may change: a carried sample's later
+tokens come from the newer policy (its log-probs say which).
+
 Shapes: N samples, S slots, U distinct prompts, P prompt width, T new tokens,
 L layers, K key/value heads, H head width, D model width, V vocabulary.
 """
@@ -14,6 +22,7 @@ L layers, K key/value heads, H head width, D model width, V vocabulary.
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -25,11 +34,46 @@ from gemma_grpo.rl.engine import sampling as sampling_lib
 from gemma_grpo.rl.engine import stop_text as stop_text_lib
 
 
+class SlotState(NamedTuple):
+  """The samples a carrying call left in its slots (slot s holds one where live_S[s])."""
+
+  tokens_SxT: jax.Array  # each slot's sample's tokens so far
+  logps_SxT: jax.Array  # and their log-probs ([S, 1] without with_logps)
+  t_S: jax.Array  # the completion slot its next token fills
+  position_S: jax.Array  # its prompt's next position (next_position_N)
+  key_S: jax.Array  # its sampling key (sampling.sample_keys)
+  text_state_S: jax.Array  # its stop-text state (zeros without a stop text)
+  live_S: jax.Array  # the slot holds an unfinished sample
+  finish_S: jax.Array  # the next call decodes it to its end (set by the caller)
+  keys_LxSxKxHxT: jax.Array  # its completion's keys and values
+  values_LxSxKxTxH: jax.Array
+  prompt_keys_LxSxKxHxP: jax.Array  # its prompt's keys, values and valid mask
+  prompt_values_LxSxKxPxH: jax.Array
+  valid_SxP: jax.Array
+
+
+def empty_slots(prompt_cache, valid_UxP, *, slots: int, new_tokens: int,
+                with_logps: bool) -> SlotState:
+  """A SlotState of `slots` idle slots, shaped for a call with this prefill's outputs."""
+  keys, values = decode_layers.completion_cache(prompt_cache, slots, new_tokens)
+  layers, _, kv_heads, head_dim, width = prompt_cache[0].shape
+  dtype = prompt_cache[0].dtype
+  zeros = jnp.zeros(slots, jnp.int32)
+  return SlotState(
+      jnp.zeros((slots, new_tokens), jnp.int32),
+      jnp.zeros((slots, new_tokens if with_logps else 1), jnp.float32), zeros, zeros,
+      sampling_lib.sample_keys(jax.random.PRNGKey(0), slots), zeros, jnp.zeros(slots, bool),
+      jnp.zeros(slots, bool), keys, values,
+      jnp.zeros((layers, slots, kv_heads, head_dim, width), dtype),
+      jnp.zeros((layers, slots, kv_heads, width, head_dim), dtype),
+      jnp.zeros((slots, valid_UxP.shape[1]), bool))
+
+
 @functools.partial(jax.jit, static_argnames=("shapes", "new_tokens", "sampling", "with_logps",
                                              "screen_width", "slots", "rows_per_prompt"))
 def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, first_logp_N,
-                 prompt_cache, next_position_N, valid_UxP, stop_ids, next_state_SxV, rng, *,
-                 shapes, new_tokens,
+                 prompt_cache, next_position_N, valid_UxP, stop_ids, next_state_SxV, rng,
+                 carried=None, admit_N=None, *, shapes, new_tokens,
                  sampling, with_logps, screen_width, slots, rows_per_prompt):
   """lockstep.decode's tokens for N samples, decoded in `slots` rows.
 
@@ -48,40 +92,82 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
   reads its own prompt where lockstep's G rows share one read: the slot
   loop's main extra cost per step (docs/results/continuous_batching/prompt_reads.txt).
 
+  With `carried` (a SlotState) the samples are indexed [0, S) for the
+  carried slots' and S + n for new sample n; only the new ones whose
+  `admit_N` is set take slots, after the carried ones; and the loop stops
+  once a slot idles and every `finish_S` sample has ended.
+
   Returns ([N, T] tokens, zeros after a stop; [N, T] or [N, 1] log-probs;
-  unproved screen steps; decode steps run; slots refilled).
+  unproved screen steps; decode steps run; slots refilled); with `carried`
+  the tokens and log-probs span [S + N] samples, followed by each slot's
+  sample (S + N where idle) and the SlotState to carry on.
   """
-  samples = first_N.shape[0]
   prompt_keys_LxUxKxHxP, prompt_values_LxUxKxPxH = prompt_cache
-  keys_LxSxKxHxT, values_LxSxKxTxH = decode_layers.completion_cache(prompt_cache, slots, new_tokens)
   tokens_NxT, logps_NxT = decode_layers.first_tokens(first_N, first_logp_N, new_tokens=new_tokens,
                                                      with_logps=with_logps)
-  keys_N = sampling_lib.sample_keys(rng, samples)
+  keys_N = sampling_lib.sample_keys(rng, first_N.shape[0])
   ended_N = jnp.isin(first_N, stop_ids)
   first_state_N = None  # each sample's stop-text state after its first token
   if next_state_SxV is not None:
     first_state_N, ended_N = stop_text_lib.step(next_state_SxV, jnp.zeros_like(first_N), first_N,
                                                 ended_N)
   live_N = ~ended_N & (new_tokens > 1)
+  offset = 0  # index of the first new sample
+  if carried is not None:
+    offset = slots
+    live_N = jnp.concatenate([jnp.zeros(slots, bool), live_N & admit_N])  # carried: in slots
+    tokens_NxT = jnp.concatenate([carried.tokens_SxT, tokens_NxT])
+    logps_NxT = jnp.concatenate([carried.logps_SxT, logps_NxT])
+    keys_N = jnp.concatenate([carried.key_S, keys_N])
+    next_position_N = jnp.concatenate([carried.position_S, next_position_N])
+    if first_state_N is not None:
+      first_state_N = jnp.concatenate([carried.text_state_S.astype(first_state_N.dtype),
+                                       first_state_N])
+    finish_N = jnp.concatenate([carried.finish_S & carried.live_S,
+                                jnp.zeros(first_N.shape[0], bool)])
+  samples = live_N.shape[0]
   queue_N = jnp.argsort(~live_N, stable=True)  # live samples first, in index order
   num_live = jnp.sum(live_N)
   slot_S = jnp.arange(slots)
-  # sample_S == samples marks an idle slot (its writes are dropped).
-  sample_S = jnp.where(slot_S < num_live, queue_N[slot_S], samples)
-  t_S = jnp.ones(slots, jnp.int32)  # the completion slot each sample's next token fills
 
   def states_of(sample_S):
     return None if first_state_N is None else first_state_N[jnp.minimum(sample_S, samples - 1)]
 
   def prompts_of(sample_S):
-    """Each slot's prompt keys, values and valid mask, for the samples it holds."""
-    prompt_S = jnp.minimum(sample_S, samples - 1) // rows_per_prompt
+    """Each slot's prompt keys, values and valid mask, for the new samples it holds."""
+    new_S = jnp.minimum(sample_S, samples - 1)
+    if offset:
+      new_S = jnp.maximum(new_S - offset, 0)
+    prompt_S = new_S // rows_per_prompt
     return (prompt_keys_LxUxKxHxP[:, prompt_S], prompt_values_LxUxKxPxH[:, prompt_S],
             valid_UxP[prompt_S])
 
+  if carried is None:
+    keys_LxSxKxHxT, values_LxSxKxTxH = decode_layers.completion_cache(prompt_cache, slots,
+                                                                      new_tokens)
+    # sample_S == samples marks an idle slot (its writes are dropped).
+    sample_S = jnp.where(slot_S < num_live, queue_N[slot_S], samples)
+    t_S = jnp.ones(slots, jnp.int32)  # the completion slot each sample's next token fills
+    slot_prompts = prompts_of(sample_S)
+    next_pending = jnp.minimum(slots, num_live)
+  else:
+    keys_LxSxKxHxT, values_LxSxKxTxH = carried.keys_LxSxKxHxT, carried.values_LxSxKxTxH
+    idle_S = ~carried.live_S
+    rank_S = jnp.cumsum(idle_S) - 1  # the k-th idle slot takes the k-th queued sample
+    taken_S = jnp.where(idle_S & (rank_S < num_live),
+                        queue_N[jnp.clip(rank_S, 0, samples - 1)], samples)
+    sample_S = jnp.where(carried.live_S, slot_S, taken_S)
+    t_S = jnp.where(carried.live_S, carried.t_S, 1)
+    by_slot = carried.live_S[None, :, None, None, None]
+    new_keys, new_values, new_valid = prompts_of(sample_S)
+    slot_prompts = (jnp.where(by_slot, carried.prompt_keys_LxSxKxHxP, new_keys),
+                    jnp.where(by_slot, carried.prompt_values_LxSxKxPxH, new_values),
+                    jnp.where(carried.live_S[:, None], carried.valid_SxP, new_valid))
+    next_pending = jnp.minimum(jnp.sum(idle_S), num_live)
+
   zero = jnp.int32(0)
-  carry = (tokens_NxT, logps_NxT, sample_S, t_S, states_of(sample_S), jnp.minimum(slots, num_live),
-           keys_LxSxKxHxT, values_LxSxKxTxH, prompts_of(sample_S), zero, zero, zero)
+  carry = (tokens_NxT, logps_NxT, sample_S, t_S, states_of(sample_S), next_pending,
+           keys_LxSxKxHxT, values_LxSxKxTxH, slot_prompts, zero, zero, zero)
 
   def step(carry):
     (tokens_NxT, logps_NxT, sample_S, t_S, text_state_S, next_pending, keys_LxSxKxHxT,
@@ -141,8 +227,20 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
             keys_LxSxKxHxT, values_LxSxKxTxH, slot_prompts, full_heads, steps + 1, refills)
 
   def more(carry):
-    return jnp.any(carry[2] < samples)
+    active_S = carry[2] < samples
+    if carried is None:
+      return jnp.any(active_S)
+    # Carrying: go on while every slot is busy, or a sample that must finish has not.
+    must_S = active_S & finish_N[jnp.minimum(carry[2], samples - 1)]
+    return jnp.any(active_S) & (jnp.all(active_S) | jnp.any(must_S))
 
-  tokens_NxT, logps_NxT, _, _, _, _, _, _, _, full_heads, steps, refills = jax.lax.while_loop(
-      more, step, carry)
-  return tokens_NxT, logps_NxT, full_heads, steps, refills
+  (tokens_NxT, logps_NxT, sample_S, t_S, text_state_S, _, keys_LxSxKxHxT, values_LxSxKxTxH,
+   slot_prompts, full_heads, steps, refills) = jax.lax.while_loop(more, step, carry)
+  if carried is None:
+    return tokens_NxT, logps_NxT, full_heads, steps, refills
+  row_S = jnp.minimum(sample_S, samples - 1)
+  left = SlotState(
+      tokens_NxT[row_S], logps_NxT[row_S], t_S, next_position_N[row_S], keys_N[row_S],
+      jnp.zeros(slots, jnp.int32) if text_state_S is None else text_state_S.astype(jnp.int32),
+      sample_S < samples, jnp.zeros(slots, bool), keys_LxSxKxHxT, values_LxSxKxTxH, *slot_prompts)
+  return tokens_NxT, logps_NxT, full_heads, steps, refills, sample_S, left

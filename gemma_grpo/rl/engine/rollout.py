@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from flax import nnx
 import jax
@@ -136,6 +136,19 @@ class DecodeStats:
   @property
   def kept(self) -> int:
     return sum(self.kept_B)
+
+
+class Call(NamedTuple):
+  """A generate() call's prompts, key and sampling rule, prepared (GroupedRollout.prepare)."""
+
+  padded_BxP: np.ndarray  # every row's prompt, left-padded
+  prompt_ids_UxP: jax.Array  # the distinct prompts
+  rows_per_prompt: int
+  rng: jax.Array
+  stop_ids: jax.Array
+  sampling: sampling_lib.Sampling
+  with_logps: bool
+  screen_width: int
 
 
 def group_rows(prompts: Sequence[str]) -> tuple[list[int], int]:
@@ -241,6 +254,46 @@ class GroupedRollout(base_rollout.BaseRollout):
   def generate(self, prompts: list[str], rollout_config: base_rollout.RolloutConfig,
                **kwargs) -> base_rollout.RolloutOutput:
     del kwargs
+    call = self.prepare(prompts, rollout_config)
+    slots = min(self._slots, len(prompts))
+    fn, args, kwargs = self.prefill_call(call.prompt_ids_UxP, call.rng,
+                                         rows_per_prompt=call.rows_per_prompt,
+                                         sampling=call.sampling,
+                                         screen_width=call.screen_width, slots=slots)
+    fn, args, kwargs = self.decode_call(
+        fn(*args, **kwargs), call.stop_ids, call.rng,
+        new_tokens=rollout_config.max_tokens_to_generate, sampling=call.sampling,
+        with_logps=call.with_logps, screen_width=call.screen_width, slots=slots,
+        rows_per_prompt=call.rows_per_prompt)
+    turns = None
+    steps = refills = None
+    if slots:
+      tokens_BxT, logps_BxT, full_heads, steps, refills = jax.device_get(fn(*args, **kwargs))
+    elif self._tool_runner is None:
+      tokens_BxT, logps_BxT, full_heads = jax.device_get(fn(*args, **kwargs))
+    else:
+      turns, (tokens_BxT, logps_BxT, full_heads) = self._decode_with_tools(args, kwargs)
+    del fn, args, kwargs
+    self.full_head_steps = int(full_heads)
+    completions, logprobs_out, kept_B, texts = self.finish_rows(tokens_BxT, logps_BxT,
+                                                                call.stop_ids)
+    if steps is None:
+      # Lockstep decodes every row until the last one's stop (or the limit).
+      steps = max(kept_B)
+    self._decode_stats.append(DecodeStats(steps=int(steps), slots=slots or len(prompts),
+                                          kept_B=tuple(kept_B), refills=int(refills or 0)))
+    if turns is not None:
+      self._tool_turns.extend(turns.rows([len(c) for c in completions]))
+    return base_rollout.RolloutOutput(
+        text=texts,
+        logits=None,
+        tokens=completions,
+        left_padded_prompt_tokens=call.padded_BxP,
+        logprobs=logprobs_out if call.with_logps else None,
+    )
+
+  def prepare(self, prompts: list[str], rollout_config: base_rollout.RolloutConfig) -> Call:
+    """What a generate() call of `prompts` decodes from (its Call)."""
     rows = [self.tokenize(p) for p in prompts]
     prompt_width = rollout_config.max_prompt_length
     longest = max(len(r) for r in rows)
@@ -256,26 +309,18 @@ class GroupedRollout(base_rollout.BaseRollout):
     stop_ids = jnp.asarray(list(rollout_config.eos_tokens or [self.eos_id()]), jnp.int32)
     sampling, with_logps, screen_width = self.settings(rollout_config,
                                                        rollout_config.return_logprobs)
-    slots = min(self._slots, len(prompts))
-    fn, args, kwargs = self.prefill_call(jnp.asarray(padded_BxP[starts]), rng,
-                                         rows_per_prompt=rows_per_prompt, sampling=sampling,
-                                         screen_width=screen_width, slots=slots)
-    fn, args, kwargs = self.decode_call(
-        fn(*args, **kwargs), stop_ids, rng, new_tokens=rollout_config.max_tokens_to_generate,
-        sampling=sampling, with_logps=with_logps, screen_width=screen_width, slots=slots,
-        rows_per_prompt=rows_per_prompt)
-    text_table, _ = self.stop_text_table()
-    turns = None
-    steps = refills = None
-    if slots:
-      tokens_BxT, logps_BxT, full_heads, steps, refills = jax.device_get(fn(*args, **kwargs))
-    elif self._tool_runner is None:
-      tokens_BxT, logps_BxT, full_heads = jax.device_get(fn(*args, **kwargs))
-    else:
-      turns, (tokens_BxT, logps_BxT, full_heads) = self._decode_with_tools(args, kwargs)
-    del fn, args, kwargs
+    return Call(padded_BxP, jnp.asarray(padded_BxP[starts]), rows_per_prompt, rng, stop_ids,
+                sampling, with_logps, screen_width)
+
+  def finish_rows(self, tokens_BxT, logps_BxT, stop_ids):
+    """Decoded rows cut where they ended: (tokens, log-probs, kept decode steps, texts), per row.
+
+    A row ends before its first stop token, right after its stop text, or at
+    the limit; the kept decode steps made its tokens 1.. and the token that
+    ended it (the prefill made token 0).
+    """
     tokens_BxT, logps_BxT = np.asarray(tokens_BxT), np.asarray(logps_BxT)
-    self.full_head_steps = int(full_heads)
+    text_table, _ = self.stop_text_table()
     stops = np.asarray(stop_ids)
     completions, logprobs_out, kept_B, by_text = [], [], [], []
     for row, row_logps in zip(tokens_BxT, logps_BxT):
@@ -293,20 +338,7 @@ class GroupedRollout(base_rollout.BaseRollout):
       kept_B.append(int(used))
     texts = [self._tokenizer.decode(c.tolist()) for c in completions]
     self._check_stop_text(by_text, texts)
-    if steps is None:
-      # Lockstep decodes every row until the last one's stop (or the limit).
-      steps = max(kept_B)
-    self._decode_stats.append(DecodeStats(steps=int(steps), slots=slots or len(prompts),
-                                          kept_B=tuple(kept_B), refills=int(refills or 0)))
-    if turns is not None:
-      self._tool_turns.extend(turns.rows([len(c) for c in completions]))
-    return base_rollout.RolloutOutput(
-        text=texts,
-        logits=None,
-        tokens=completions,
-        left_padded_prompt_tokens=padded_BxP,
-        logprobs=logprobs_out if with_logps else None,
-    )
+    return completions, logprobs_out, kept_B, texts
 
   def _check_stop_text(self, by_text, texts) -> None:
     """Refuses a completion the stop text ended (`by_text`) that does not hold
