@@ -109,4 +109,4 @@ def test_a_call_stops_when_a_slot_would_idle(tiny_setup):
   assert out.stats.steps == 7
   assert out.stats.kept == out.stats.steps * out.stats.slots  # no slot ever idled
   with pytest.raises(ValueError, match="ids for"):
-    carry.decode(GROUPED, [0], config())
+    carry.decode(GROUPED, [0], config(), must_finish=lambda i: False)
