@@ -74,9 +74,11 @@ def test_new_adapters_between_calls_recompile_nothing_and_reach_the_carried_samp
   stops = [uneven_stop(engine, mesh)]
   sampling = SAMPLINGS["greedy"]
   original = jax.tree.map(jnp.copy, nnx.state(actor, nnx.LoRAParam))
+  jax.clear_caches()  # what this test compiles, it compiles itself
   carry = carry_over.CarryOver(with_slots(engine, actor, tokenizer, mesh, 4), slots=4)
   decode(carry, mesh, GROUPED, "a", sampling, stops)  # compiles prefill and loop once
   compiled = (continuous.decode_slots._cache_size(), rollout._prefill._cache_size())  # pylint: disable=protected-access
+  assert compiled == (1, 1)
   fixed = run_three_calls(carry_over.CarryOver(with_slots(engine, actor, tokenizer, mesh, 4),
                                                slots=4), mesh, sampling, stops)
 

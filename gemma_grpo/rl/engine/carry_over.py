@@ -25,6 +25,7 @@ import dataclasses
 from typing import Callable, Hashable, Sequence
 
 import jax
+from jax import sharding
 import numpy as np
 from tunix.rl.rollout import base_rollout
 
@@ -66,6 +67,13 @@ class CarryOver:
     self._ids: list[Hashable | None] = [None] * slots
     self._t_S = np.zeros(slots, np.int64)  # each carried sample's next completion slot
 
+  def _placed(self, state: continuous.SlotState) -> continuous.SlotState:
+    """`state` replicated on the engine's mesh: the empty state and a call's
+    output then key the loop's compiled program alike (one compile)."""
+    if self._engine.mesh is None:
+      return state
+    return jax.device_put(state, sharding.NamedSharding(self._engine.mesh, sharding.PartitionSpec()))
+
   @property
   def carried(self) -> tuple[Hashable, ...]:
     return tuple(i for i in self._ids if i is not None)
@@ -95,8 +103,9 @@ class CarryOver:
     prefilled = fn(*args, **kwargs)
     new_tokens = rollout_config.max_tokens_to_generate
     if self._state is None:
-      self._state = continuous.empty_slots(prefilled[5], prefilled[7], slots=self._slots,
-                                           new_tokens=new_tokens, with_logps=call.with_logps)
+      self._state = self._placed(continuous.empty_slots(
+          prefilled[5], prefilled[7], slots=self._slots, new_tokens=new_tokens,
+          with_logps=call.with_logps))
     elif self._state.valid_SxP.shape[1] != call.padded_BxP.shape[1]:
       raise RuntimeError(
           f"a carrying call's prompts are {call.padded_BxP.shape[1]} tokens wide, the carried"
@@ -109,6 +118,7 @@ class CarryOver:
     admit_N = np.full(len(prompts), admit)
     out = fn(*args, self._state._replace(finish_S=finish_S), admit_N, **kwargs)
     tokens_NxT, logps_NxT, full_heads, steps, refills, sample_S, self._state = out
+    self._state = self._placed(self._state)
     tokens_NxT, logps_NxT, full_heads, steps, refills, sample_S = jax.device_get(
         (tokens_NxT, logps_NxT, full_heads, steps, refills, sample_S))
     t_S = np.asarray(jax.device_get(self._state.t_S))
