@@ -11,10 +11,19 @@ from gemma_grpo.rl.engine import continuous
 from gemma_grpo.rl.engine import rollout
 from gemma_grpo.seam import jax_mesh
 from gemma_grpo.tasks import prompts
-from test_rollout import GROUPED, SAMPLINGS, config, generate, tiny_setup, uneven_stop, with_slots  # noqa: F401  pylint: disable=unused-import
+from conftest import device_mesh
+from test_rollout import GROUPED, SAMPLINGS, build, config, generate, uneven_stop, with_slots
 
 OTHER = [prompts.render_prompt(q) for q in ("Double 7.", "Add 5 and 6.", "What is 9 - 4?")
          for _ in range(2)]
+
+
+@pytest.fixture(scope="module")
+def tiny_setup():
+  mesh = device_mesh()
+  return (mesh, *build(mesh))
+
+
 KEYS = {"a": jax.random.PRNGKey(11), "b": jax.random.PRNGKey(12), "drain": jax.random.PRNGKey(13)}
 
 

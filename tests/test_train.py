@@ -150,6 +150,9 @@ print(json.dumps({{"code": code, **calls}}))
     # Continuous batching: 3 slots for tiny's 4 completions a step, so slots
     # refill; the held-out eval's greedy rollout uses the slots too.
     ["--config.train.max_steps=3", "--config.eval.every_steps=2", "--config.rollout.slots=3"],
+    # Rollouts run ahead in carried slots: each step's decode call gets new
+    # adapters (merged at its prefill) and the slots the last call left.
+    ["--config.train.max_steps=3", "--config.rollout.slots=3", "--config.rollout.max_staleness=1"],
 ])
 def test_nothing_compiles_after_the_first_step(tmp_path, overrides):
   # Every program JAX lowers once the first update is done, by name: a step
@@ -190,6 +193,10 @@ print(json.dumps({{"code": code, "steps": state["steps_done"], "late": state["la
   # tiny's completions all run to the limit, so every step's rollout decodes
   # alike; the held-out evals' decoding (before step 1, after step 2) is not its.
   rows = metrics.read_jsonl(tmp_path / "run" / "tensorboard" / "metrics.jsonl")
+  if "--config.rollout.max_staleness=1" in overrides:
+    # Step 1 admits batches 1 and 2; each step trains tokens at most one update old.
+    assert [r["rollout/train/staleness_max"] for r in rows] == [0, 1, 1]
+    return
   assert len({r["rollout/train/decode_steps"] for r in rows if "rollout/train/decode_steps" in r}) == 1
 
 

@@ -158,6 +158,13 @@ def defaults() -> ml_collections.ConfigDict:
   # tokens and log-probs do not depend on N (per-sample keys). N <= train.batch_size
   # x grpo.num_generations; not with rollout.tools. When it pays: docs/configuration.md.
   c.rollout.slots = 0
+  # Rollouts that run ahead (needs rollout.slots > 0): k > 0 carries the slots'
+  # unfinished samples from one step's decode call into the next, so no slot idles
+  # while a long completion ends; step s's call admits batch s + k and finishes
+  # batch s, which step s trains on. Tokens are then up to k updates old; the
+  # sampler's log-probs are the behaviour policy in the loss. 0 = lockstep.
+  # gemma_grpo/rl/learner/run_ahead.py; when it pays: docs/configuration.md.
+  c.rollout.max_staleness = 0
   # Tools the policy may call inside a completion, multi-turn
   # (gemma_grpo/rl/engine/multi_turn.py): built-in names ("calculator") or your own
   # "module:function", f(arguments: str) -> str, comma-separated; "" = none.

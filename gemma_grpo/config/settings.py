@@ -166,6 +166,7 @@ class RolloutSettings:
   decode_dtype: str  # float32 | bfloat16
   screen_lm_head: str  # auto | on | off
   slots: int  # rows decoded at once, refilled as samples end; 0 = lockstep
+  max_staleness: int  # rollouts run this many updates ahead in carried slots; 0 = lockstep
   tools: str  # built-in names or module:function, comma-separated; "" = none
   max_tool_calls: int  # per completion
   tool_time_limit: float  # seconds

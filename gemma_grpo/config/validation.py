@@ -176,6 +176,9 @@ def _batching_problems(c: ml_collections.ConfigDict) -> list[str]:
   completions = t.batch_size * g.num_generations
   _check(p, c.rollout.slots <= completions,
          f"rollout.slots={c.rollout.slots}: must be <= the step's completions, train.batch_size x grpo.num_generations = {completions}; set --config.rollout.slots={completions} or lower")
+  if c.rollout.max_staleness:
+    _check(p, updates == 1, f"rollout.max_staleness={c.rollout.max_staleness} needs one update per batch (grpo.num_iterations=1, train.mini_batch_size=0); set --config.rollout.max_staleness=0")
+    _check(p, not g.dynamic_sampling, f"rollout.max_staleness={c.rollout.max_staleness} cannot refill groups (grpo.dynamic_sampling); set --config.grpo.dynamic_sampling=False")
   if updates > 1:
     # Steps count updates; a checkpoint inside a batch could not be resumed exactly.
     why = " x ".join(part for part in (
@@ -207,6 +210,8 @@ def _rollout_problems(r: ml_collections.ConfigDict, eval_max_new_tokens: int) ->
   _check(p, r.slots >= 0, f"rollout.slots={r.slots}: must be >= 0 (0 = lockstep decoding)")
   _check(p, not r.slots or r.engine == "grouped", f"rollout.slots={r.slots} needs rollout.engine='grouped' (continuous batching is our engine's)")
   _check(p, not r.slots or not r.tools, f"rollout.slots={r.slots} cannot run rollout.tools={r.tools!r} yet; set --config.rollout.slots=0 for tool calls")
+  _check(p, r.max_staleness >= 0, f"rollout.max_staleness={r.max_staleness}: must be >= 0 (0 = lockstep)")
+  _check(p, not r.max_staleness or r.slots > 0, f"rollout.max_staleness={r.max_staleness} runs ahead in carried slots: set --config.rollout.slots (8 is a start)")
   need = r.max_prompt_length + max(r.max_new_tokens, eval_max_new_tokens)
   _check(p, r.kv_cache_size >= need, f"rollout.kv_cache_size={r.kv_cache_size}: must hold max_prompt_length + max_new_tokens = {need}; set --config.rollout.kv_cache_size={need}")
   return p

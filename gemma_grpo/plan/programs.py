@@ -136,7 +136,8 @@ class Builder:
     example = train_examples.train_example_like(
         self.work.update_rows, prompt_width=c.rollout.max_prompt_length,
         completion_width=c.rollout.max_new_tokens, pad=self.ids.pad_id(),
-        **train_examples.example_columns(c.grpo, c.train, c.rollout.decode_dtype))
+        **train_examples.example_columns(c.grpo, c.train, c.rollout.decode_dtype,
+                                        c.rollout.max_staleness))
     example = jax.tree.map(lambda x: _data_sharded(jax.ShapeDtypeStruct(x.shape, x.dtype), self.mesh),
                            example)
     with jax_mesh.tunix_mesh(self.mesh):
@@ -158,7 +159,8 @@ class Builder:
 
   def _settings(self):
     """(sampling, with_logps, screen width) of a training rollout (GroupedRollout.settings)."""
-    return self.engine.settings(self.rollout_config, train_examples.wants_sampler_logps(self.c.rollout.decode_dtype, self.c.grpo.tis_cap))
+    return self.engine.settings(self.rollout_config, train_examples.wants_sampler_logps(
+        self.c.rollout.decode_dtype, self.c.grpo.tis_cap, self.c.rollout.max_staleness))
 
   def prefill(self) -> jax.stages.Lowered:
     c = self.c

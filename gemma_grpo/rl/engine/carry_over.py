@@ -78,6 +78,10 @@ class CarryOver:
   def carried(self) -> tuple[Hashable, ...]:
     return tuple(i for i in self._ids if i is not None)
 
+  def entering(self) -> dict[Hashable, int]:
+    """Each carried sample's next completion slot, where the next call's tokens for it start."""
+    return {i: int(t) for i, t in zip(self._ids, self._t_S) if i is not None}
+
   def drop(self) -> None:
     """Forgets the carried samples (a resumed run starts without them)."""
     self._state = None

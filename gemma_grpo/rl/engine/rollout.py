@@ -399,6 +399,11 @@ class GroupedRollout(base_rollout.BaseRollout):
     return stats
 
   @property
+  def slots(self) -> int:
+    """rollout.slots: decode rows kept busy; 0 = lockstep."""
+    return self._slots
+
+  @property
   def uses_tools(self) -> bool:
     return self._tool_runner is not None
 

@@ -23,7 +23,9 @@ from gemma_grpo.rl.learner import batch_logps
 from gemma_grpo.rl.learner import dynamic_sampling
 from gemma_grpo.rl.learner import losses
 from gemma_grpo.rl.learner import rollout_rounds
+from gemma_grpo.rl.learner import run_ahead
 from gemma_grpo.rl.learner import train_examples
+from gemma_grpo.seam import jax_mesh
 from gemma_grpo.seam import tunix_learner
 from gemma_grpo.tasks import data as data_lib
 
@@ -42,7 +44,8 @@ class Learner(tunix_learner.StepLearner):
                refill_problems: Sequence[data_lib.Problem] | None = None,
                stop_text: str = "", updates_per_batch: int = 1,
                sampler_logps: bool = False, tools: bool = False,
-               decode_stats: bool = False, **kwargs):
+               decode_stats: bool = False, max_staleness: int = 0,
+               lookahead: run_ahead.Lookahead | None = None, **kwargs):
     """A learner over `rl_cluster`, stepping with our rollout-and-advantage.
 
     Args:
@@ -61,6 +64,10 @@ class Learner(tunix_learner.StepLearner):
         out of the loss.
       decode_stats: the engine (ours, rollout.engine="grouped") reports what
         its decode loop did (`take_decode_stats`), logged as rollout/occupancy.
+      max_staleness: rollout.max_staleness: k > 0 runs training rollouts k
+        batches ahead of the update in the engine's carried slots (run_ahead.py).
+      lookahead: the batches given to `train`, as a run_ahead.Lookahead;
+        needed when max_staleness > 0.
       **kwargs: passed on to GRPOLearner.
 
     Raises:
@@ -91,7 +98,13 @@ class Learner(tunix_learner.StepLearner):
     # ratio's denominator, or with TIS (which asks for them whatever the
     # sampler) the weight's (train_examples.behaviour_logps).
     self._tis = cfg.tis_cap > 0
-    self._sampler_logps = sampler_logps or self._tis
+    # Running ahead, the sampler is the behaviour policy of every token.
+    self._sampler_logps = sampler_logps or self._tis or max_staleness > 0
+    if max_staleness and lookahead is None:
+      raise ValueError("max_staleness > 0 needs the lookahead the batches are read from")
+    self._max_staleness = max_staleness
+    self._lookahead = lookahead
+    self._run_ahead = None  # run_ahead.RunAhead, built at the first training step
     self._rollout_key = jax.random.PRNGKey(rollout_seed)
     self._refill_problems = refill_problems
     self._call = (-1, 0)  # (step, calls made during it)
@@ -108,8 +121,6 @@ class Learner(tunix_learner.StepLearner):
     rollout_config = self.rl_cluster.get_rollout_config(mode)
     rollout_config.seed = key
     rollout_config.return_logprobs = self._sampler_logps and mode == Mode.TRAIN
-    limit = rollout_config.max_tokens_to_generate
-    pad = self.rl_cluster.rollout.pad_id()
     if self._decode_stats:
       # Other generate() calls on this engine (the held-out eval's) leave
       # their stats too: only this call's count for its rows.
@@ -120,9 +131,34 @@ class Learner(tunix_learner.StepLearner):
         micro_batch_size=self.rollout_micro_batch_size * cfg.num_generations,
     )
     seconds = time.perf_counter() - start
-    n = len(out.tokens)
     turns = self.rl_cluster.rollout.take_tool_turns() if self._tools else None
     decode_stats = self.rl_cluster.rollout.take_decode_stats() if self._decode_stats else None
+    return self._round(inputs, mode, rollout_config, out, seconds, turns, decode_stats)
+
+  def _rollout_ahead(self, inputs: dict, step: int) -> rollout_rounds.Round:
+    """A training step's round from rollouts run ahead (rollout.max_staleness)."""
+    if self._run_ahead is None:
+      self._run_ahead = run_ahead.RunAhead(
+          self.rl_cluster.rollout, self._lookahead, max_staleness=self._max_staleness,
+          num_generations=self.algo_config.num_generations, rollout_key=self._rollout_key)
+    rollout_config = self.rl_cluster.get_rollout_config(Mode.TRAIN)
+    rollout_config.return_logprobs = True  # every token's behaviour policy is the sampler
+    with jax_mesh.tunix_mesh(self.rl_cluster.r2m[rl_cluster_lib.Role.ROLLOUT]):
+      ahead = self._run_ahead.rollout(step, list(inputs["prompts"]), rollout_config,
+                                      version=self.rl_cluster.actor_trainer.train_steps)
+    self.rl_cluster.buffer_metrics(ahead.metrics, mode=Mode.TRAIN)
+    # The stats count each call's slot-steps, not the batch's rows: the engine
+    # already cut them at the stop text.
+    return self._round(inputs, Mode.TRAIN, rollout_config, ahead.out, ahead.seconds, None,
+                       ahead.stats, cut_stats=False)
+
+  def _round(self, inputs: dict, mode, rollout_config, out, seconds: float, turns,
+             decode_stats, cut_stats: bool = True) -> rollout_rounds.Round:
+    """The round of `out`, the rollout of `inputs`: cut, scored, its columns built."""
+    cfg = self.algo_config
+    limit = rollout_config.max_tokens_to_generate
+    pad = self.rl_cluster.rollout.pad_id()
+    n = len(out.tokens)
     completion_ids = np.full((n, limit), pad, dtype=np.int32)
     tool_mask = np.zeros((n, limit), dtype=bool) if turns is not None else None
     lengths = np.zeros(n, dtype=np.int64)  # the model's own tokens
@@ -151,7 +187,7 @@ class Learner(tunix_learner.StepLearner):
       truncated[row] = (cut is None and len(tokens) >= limit
                         and not np.isin(tokens, stops).any())
 
-    if decode_stats is not None:
+    if decode_stats is not None and cut_stats:
       decode_stats = rollout_rounds.kept_through_stop_text(decode_stats, cut_at)
     columns = {k: v for k, v in inputs.items() if k != "prompts"}
     if "mode" in columns:
@@ -196,7 +232,10 @@ class Learner(tunix_learner.StepLearner):
     inputs = dict(training_input)
     inputs["prompts"] = list(inputs["prompts"])
     num_groups = len(inputs["prompts"]) // g
-    rounds = [self._rollout(inputs, mode, jax.random.fold_in(step_key, 0))]
+    if self._max_staleness and mode == Mode.TRAIN:
+      rounds = [self._rollout_ahead(inputs, step)]
+    else:
+      rounds = [self._rollout(inputs, mode, jax.random.fold_in(step_key, 0))]
 
     def roll_more(round_: int) -> np.ndarray:
       more = dynamic_sampling.refill_batch(

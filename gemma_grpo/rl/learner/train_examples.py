@@ -79,15 +79,16 @@ def train_example_like(rows: int, *, prompt_width: int, completion_width: int, p
       np.zeros(rows), logps if with_ref else None, old_logps, tis_logps, pad)
 
 
-def wants_sampler_logps(decode_dtype: str, tis_cap: float) -> bool:
+def wants_sampler_logps(decode_dtype: str, tis_cap: float, max_staleness: int = 0) -> bool:
   """Whether training asks the rollout engine for its own log-probs (Learner):
-  with rollout.decode_dtype other than float32, or grpo.tis_cap on."""
-  return decode_dtype != "float32" or tis_cap > 0
+  with rollout.decode_dtype other than float32, grpo.tis_cap on, or
+  rollouts run ahead (rollout.max_staleness)."""
+  return decode_dtype != "float32" or tis_cap > 0 or max_staleness > 0
 
 
 def example_columns(g: settings.AlgorithmSettings, train: settings.TrainSettings,
-                    decode_dtype: str) -> dict[str, bool]:
+                    decode_dtype: str, max_staleness: int = 0) -> dict[str, bool]:
   """train_example_like's column choices, as the Learner that `train` builds makes them."""
   return dict(with_ref=bool(g.beta) or g.log_kl,
-              sampler_logps=wants_sampler_logps(decode_dtype, g.tis_cap),
+              sampler_logps=wants_sampler_logps(decode_dtype, g.tis_cap, max_staleness),
               tis=g.tis_cap > 0, off_policy=config_lib.updates_per_batch(train, g.num_iterations) > 1)

@@ -36,6 +36,7 @@ from gemma_grpo.rl.engine import multi_turn
 from gemma_grpo.rl.eval import heldout
 from gemma_grpo.rl.learner import algorithms
 from gemma_grpo.rl.learner import learner as learner_lib
+from gemma_grpo.rl.learner import run_ahead
 from gemma_grpo.rl.run import cluster as cluster_lib
 from gemma_grpo.rl.run import optim
 from gemma_grpo.rl.run import step_hooks
@@ -128,6 +129,11 @@ class _Parts:
 
 def _train(c: settings.Settings, start: Start, stop: guards.StopSignal) -> int:
   work = start.work
+  if c.rollout.max_staleness and jax.process_count() > 1:
+    # Untested there: each process would have to carry identical slots.
+    raise errors.UserError(
+        f"rollout.max_staleness={c.rollout.max_staleness} runs in one process for now;"
+        " set --config.rollout.max_staleness=0 for multi-process runs")
   mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
   work.mkdir(parents=True, exist_ok=True)
   is_chief = jax.process_index() == 0
@@ -137,6 +143,10 @@ def _train(c: settings.Settings, start: Start, stop: guards.StopSignal) -> int:
   parts = _build(c, start, phases, is_chief)
   cluster, writer = parts.cluster, parts.writer
   trainer = cluster.actor_trainer
+  batches = data_lib.train_batches(parts.splits.train, c.train.batch_size, c.data.shuffle_seed)
+  # The rollout reads ahead of the trainer (rollout.max_staleness); the stop
+  # guard stays between the trainer and the data, so a stop still lands between steps.
+  lookahead = run_ahead.Lookahead(batches)
   learner = learner_lib.Learner(
       rl_cluster=cluster,
       algo_config=algorithms.algo_config(c.grpo),
@@ -151,6 +161,8 @@ def _train(c: settings.Settings, start: Start, stop: guards.StopSignal) -> int:
       sampler_logps=c.rollout.decode_dtype != "float32",
       tools=bool(c.rollout.tools),
       decode_stats=c.rollout.engine == "grouped",
+      max_staleness=c.rollout.max_staleness,
+      lookahead=lookahead,
   )
   # Steps count updates: align Tunix's step counter with the restored one.
   cluster.global_steps = trainer.train_steps
@@ -190,14 +202,13 @@ def _train(c: settings.Settings, start: Start, stop: guards.StopSignal) -> int:
       updates_per_batch=config_lib.updates_per_batch(c.train, c.grpo.num_iterations),
       on_step=console.step_reporter(phases, c.train.max_steps, trainer.train_steps, is_chief),
   ))
-  batches = data_lib.train_batches(parts.splits.train, c.train.batch_size, c.data.shuffle_seed)
   # A step's line prints once Tunix reports its metrics, during the next step:
   # say what is running meanwhile.
   logging.info("Training steps %d-%d: %d problems x %d samples each; the first step"
                " also compiles, and each step's line appears after the next one",
                trainer.train_steps + 1, c.train.max_steps, c.train.batch_size,
                c.grpo.num_generations)
-  code = _run_steps(learner, trainer, stop.guard(iter(batches)), work, writer)
+  code = _run_steps(learner, trainer, stop.guard(lookahead), work, writer)
   if code is not None:
     return code
   if stop.agree():

@@ -1,0 +1,111 @@
+"""Rollouts run ahead of the update (rl/learner/run_ahead.py), on a tiny random Gemma-3."""
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from gemma_grpo.rl.learner import run_ahead
+from gemma_grpo.seam import jax_mesh
+from gemma_grpo.tasks import prompts
+from test_carry_over import tiny_setup  # noqa: F401  pylint: disable=unused-import
+from test_rollout import SAMPLINGS, config, generate, uneven_stop, with_slots
+
+G = 2
+QUESTIONS = [f"What is {a} + {b}?" for a, b in ((2, 3), (4, 4), (9, 1), (6, 7), (5, 5), (8, 2),
+                                                  (1, 1), (3, 9), (7, 7), (2, 8))]
+BATCHES = [{"prompts": np.array([prompts.render_prompt(q) for q in QUESTIONS[i:i + 2]])}
+           for i in range(0, len(QUESTIONS), 2)]  # 5 batches of 2 problems
+KEY = jax.random.PRNGKey(3)
+
+
+def rows(batch):
+  """A batch's rows as the trainer hands them over: each problem G times."""
+  return [p for p in batch["prompts"].tolist() for _ in range(G)]
+
+
+def run(engine, mesh, steps, k, stops, start=0, update=lambda step: None):
+  """Steps start.. of a trainer over BATCHES[start:], running ahead by k."""
+  lookahead = run_ahead.Lookahead(BATCHES[start:])
+  ahead = run_ahead.RunAhead(engine, lookahead, max_staleness=k, num_generations=G,
+                             rollout_key=KEY)
+  rollout_config = config(**SAMPLINGS["top-k 50"], eos_tokens=stops)
+  outs = []
+  for step in steps:
+    batch = next(lookahead)  # as Tunix draws the step's batch before its rollout
+    with jax_mesh.tunix_mesh(mesh):
+      outs.append(ahead.rollout(step, rows(batch), rollout_config, version=step))
+    update(step)
+  return outs
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_each_step_trains_its_own_batch_drawn_with_locksteps_key(tiny_setup, k):
+  # Weights fixed: step s's completions are what one call of the plain slots
+  # engine draws for batch s with lockstep step s's key, although its samples
+  # were admitted k steps earlier and some spanned several calls.
+  mesh, actor, tokenizer, engine = tiny_setup
+  stops = [uneven_stop(engine, mesh)]
+  outs = run(with_slots(engine, actor, tokenizer, mesh, 3), mesh, range(5), k, stops)
+  plain = with_slots(engine, actor, tokenizer, mesh, 3)
+  for step, out in enumerate(outs):
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.fold_in(KEY, step), 0), 0)
+    want = generate(plain, mesh, rows(BATCHES[step]), **{**SAMPLINGS["top-k 50"], "seed": key},
+                    eos_tokens=stops, return_logprobs=True)
+    assert [t.tolist() for t in out.out.tokens] == [t.tolist() for t in want.tokens]
+    for got, expected in zip(out.out.logprobs, want.logprobs):
+      np.testing.assert_array_equal(got, expected)
+    # Admitted at step max(step - k, 0), trained now: that many updates old at most.
+    assert out.metrics["rollout/staleness_max"][0] == min(step, k)
+  assert sum(o.metrics["rollout/newer_policy_token_frac"][0] > 0 for o in outs) >= 1
+  # The last steps admit nothing new (the data ended) and finish what is in flight.
+  assert outs[-1].metrics["rollout/in_flight"][0] == 0
+
+
+def test_no_token_is_older_than_the_bound_when_every_completion_runs_to_the_limit(tiny_setup):
+  # The slowest case: every completion needs all its tokens, so the slots
+  # always hold unfinished samples; each step must still finish its batch.
+  mesh, actor, tokenizer, engine = tiny_setup
+  updates = []
+
+  def update(step):  # an update between steps: new adapters, as the trainer's
+    updates.append(step)
+    nnx.update(actor, jax.tree.map(lambda x: x * 1.01, nnx.state(actor, nnx.LoRAParam)))
+
+  original = jax.tree.map(lambda x: x, nnx.state(actor, nnx.LoRAParam))
+  try:
+    outs = run(with_slots(engine, actor, tokenizer, mesh, 3), mesh, range(5), 1, [-1],
+               update=update)
+  finally:
+    nnx.update(actor, original)
+  for out in outs:
+    assert all(len(t) == 8 for t in out.out.tokens)
+    assert out.metrics["rollout/staleness_max"][0] <= 1
+  assert any(o.metrics["rollout/in_flight"][0] > 0 for o in outs[:-1])
+  # Tokens drawn after an update come from the newer policy (staleness 0).
+  assert any(0 < o.metrics["rollout/newer_policy_token_frac"][0] < 1 for o in outs)
+
+
+def test_a_resumed_run_starts_again_at_its_step_and_refuses_a_batch_out_of_order(tiny_setup):
+  mesh, actor, tokenizer, engine = tiny_setup
+  stops = [uneven_stop(engine, mesh)]
+  slotted = with_slots(engine, actor, tokenizer, mesh, 3)
+  # After a resume at step 2, the pipeline starts at batch 2: nothing lost, nothing twice.
+  resumed = run(slotted, mesh, range(2, 5), 1, stops, start=2)
+  assert [len(o.out.tokens) for o in resumed] == [2 * G] * 3
+  lookahead = run_ahead.Lookahead(BATCHES)
+  ahead = run_ahead.RunAhead(slotted, lookahead, max_staleness=1, num_generations=G,
+                             rollout_key=KEY)
+  rollout_config = config(**SAMPLINGS["top-k 50"], eos_tokens=stops)
+  with jax_mesh.tunix_mesh(mesh):
+    ahead.rollout(0, rows(next(lookahead)), rollout_config, version=0)
+    next(lookahead)
+    with pytest.raises(RuntimeError, match="step 1's batch is not the one read ahead"):
+      ahead.rollout(1, rows(BATCHES[3]), rollout_config, version=1)
+
+
+def test_lookahead_peeks_without_taking():
+  lookahead = run_ahead.Lookahead(iter(range(4)))
+  assert lookahead.peek(1) == 1 and lookahead.peek(0) == 0
+  assert next(lookahead) == 0 and lookahead.peek(2) == 3 and lookahead.peek(3) is None
+  assert list(lookahead) == [1, 2, 3]
