@@ -1,11 +1,11 @@
-"""Rollouts run ahead of the update (rl/learner/run_ahead.py), on a tiny random Gemma-3."""
+"""Rollouts run ahead of the update (rl/run/run_ahead.py), on a tiny random Gemma-3."""
 
 import jax
 import numpy as np
 import pytest
 from flax import nnx
 
-from gemma_grpo.rl.learner import run_ahead
+from gemma_grpo.rl.run import run_ahead
 from gemma_grpo.seam import jax_mesh
 from gemma_grpo.tasks import prompts
 from test_carry_over import tiny_setup  # noqa: F401  pylint: disable=unused-import

@@ -163,7 +163,7 @@ def defaults() -> ml_collections.ConfigDict:
   # while a long completion ends; step s's call admits batch s + k and finishes
   # batch s, which step s trains on. Tokens are then up to k updates old; the
   # sampler's log-probs are the behaviour policy in the loss. 0 = lockstep.
-  # gemma_grpo/rl/learner/run_ahead.py; when it pays: docs/configuration.md.
+  # gemma_grpo/rl/run/run_ahead.py; when it pays: docs/configuration.md.
   c.rollout.max_staleness = 0
   # Tools the policy may call inside a completion, multi-turn
   # (gemma_grpo/rl/engine/multi_turn.py): built-in names ("calculator") or your own

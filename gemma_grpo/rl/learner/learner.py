@@ -23,7 +23,6 @@ from gemma_grpo.rl.learner import batch_logps
 from gemma_grpo.rl.learner import dynamic_sampling
 from gemma_grpo.rl.learner import losses
 from gemma_grpo.rl.learner import rollout_rounds
-from gemma_grpo.rl.learner import run_ahead
 from gemma_grpo.rl.learner import train_examples
 from gemma_grpo.seam import jax_mesh
 from gemma_grpo.seam import tunix_learner
@@ -44,8 +43,7 @@ class Learner(tunix_learner.StepLearner):
                refill_problems: Sequence[data_lib.Problem] | None = None,
                stop_text: str = "", updates_per_batch: int = 1,
                sampler_logps: bool = False, tools: bool = False,
-               decode_stats: bool = False, max_staleness: int = 0,
-               lookahead: run_ahead.Lookahead | None = None, **kwargs):
+               decode_stats: bool = False, run_ahead=None, **kwargs):
     """A learner over `rl_cluster`, stepping with our rollout-and-advantage.
 
     Args:
@@ -64,10 +62,9 @@ class Learner(tunix_learner.StepLearner):
         out of the loss.
       decode_stats: the engine (ours, rollout.engine="grouped") reports what
         its decode loop did (`take_decode_stats`), logged as rollout/occupancy.
-      max_staleness: rollout.max_staleness: k > 0 runs training rollouts k
-        batches ahead of the update in the engine's carried slots (run_ahead.py).
-      lookahead: the batches given to `train`, as a run_ahead.Lookahead;
-        needed when max_staleness > 0.
+      run_ahead: with rollout.max_staleness > 0, what makes each training
+        step's rollout, ahead of the update in the engine's carried slots
+        (rl/run/run_ahead.RunAhead); None: each step samples its own batch.
       **kwargs: passed on to GRPOLearner.
 
     Raises:
@@ -99,12 +96,8 @@ class Learner(tunix_learner.StepLearner):
     # sampler) the weight's (train_examples.behaviour_logps).
     self._tis = cfg.tis_cap > 0
     # Running ahead, the sampler is the behaviour policy of every token.
-    self._sampler_logps = sampler_logps or self._tis or max_staleness > 0
-    if max_staleness and lookahead is None:
-      raise ValueError("max_staleness > 0 needs the lookahead the batches are read from")
-    self._max_staleness = max_staleness
-    self._lookahead = lookahead
-    self._run_ahead = None  # run_ahead.RunAhead, built at the first training step
+    self._sampler_logps = sampler_logps or self._tis or run_ahead is not None
+    self._run_ahead = run_ahead
     self._rollout_key = jax.random.PRNGKey(rollout_seed)
     self._refill_problems = refill_problems
     self._call = (-1, 0)  # (step, calls made during it)
@@ -137,10 +130,6 @@ class Learner(tunix_learner.StepLearner):
 
   def _rollout_ahead(self, inputs: dict, step: int) -> rollout_rounds.Round:
     """A training step's round from rollouts run ahead (rollout.max_staleness)."""
-    if self._run_ahead is None:
-      self._run_ahead = run_ahead.RunAhead(
-          self.rl_cluster.rollout, self._lookahead, max_staleness=self._max_staleness,
-          num_generations=self.algo_config.num_generations, rollout_key=self._rollout_key)
     rollout_config = self.rl_cluster.get_rollout_config(Mode.TRAIN)
     rollout_config.return_logprobs = True  # every token's behaviour policy is the sampler
     with jax_mesh.tunix_mesh(self.rl_cluster.r2m[rl_cluster_lib.Role.ROLLOUT]):
@@ -232,7 +221,7 @@ class Learner(tunix_learner.StepLearner):
     inputs = dict(training_input)
     inputs["prompts"] = list(inputs["prompts"])
     num_groups = len(inputs["prompts"]) // g
-    if self._max_staleness and mode == Mode.TRAIN:
+    if self._run_ahead is not None and mode == Mode.TRAIN:
       rounds = [self._rollout_ahead(inputs, step)]
     else:
       rounds = [self._rollout(inputs, mode, jax.random.fold_in(step_key, 0))]

@@ -36,9 +36,9 @@ from gemma_grpo.rl.engine import multi_turn
 from gemma_grpo.rl.eval import heldout
 from gemma_grpo.rl.learner import algorithms
 from gemma_grpo.rl.learner import learner as learner_lib
-from gemma_grpo.rl.learner import run_ahead
 from gemma_grpo.rl.run import cluster as cluster_lib
 from gemma_grpo.rl.run import optim
+from gemma_grpo.rl.run import run_ahead
 from gemma_grpo.rl.run import step_hooks
 from gemma_grpo.runtime import checkpoints
 from gemma_grpo.runtime import console
@@ -161,8 +161,10 @@ def _train(c: settings.Settings, start: Start, stop: guards.StopSignal) -> int:
       sampler_logps=c.rollout.decode_dtype != "float32",
       tools=bool(c.rollout.tools),
       decode_stats=c.rollout.engine == "grouped",
-      max_staleness=c.rollout.max_staleness,
-      lookahead=lookahead,
+      run_ahead=run_ahead.RunAhead(
+          cluster.rollout, lookahead, max_staleness=c.rollout.max_staleness,
+          num_generations=c.grpo.num_generations,
+          rollout_key=jax.random.PRNGKey(c.rollout.seed)) if c.rollout.max_staleness else None,
   )
   # Steps count updates: align Tunix's step counter with the restored one.
   cluster.global_steps = trainer.train_steps
