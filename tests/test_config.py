@@ -136,6 +136,27 @@ def test_continuous_batching_slots_are_checked_in_one_line_naming_the_fix(tiny, 
   assert any(needle in line for line in lines), lines
 
 
+@pytest.mark.parametrize("overrides, needle", [
+    (dict(rollout=dict(max_staleness=-1)), "rollout.max_staleness=-1: must be >= 0"),
+    (dict(rollout=dict(max_staleness=1, slots=0)),
+     "rollout.max_staleness=1 runs ahead in carried slots: set --config.rollout.slots"),
+    (dict(grpo=dict(num_iterations=2)),
+     "rollout.max_staleness=1 needs one update per batch (grpo.num_iterations=1,"
+     " train.mini_batch_size=0); set --config.rollout.max_staleness=0"),
+    (dict(train=dict(mini_batch_size=1)), "rollout.max_staleness=1 needs one update per batch"),
+    (dict(grpo=dict(dynamic_sampling=True)),
+     "rollout.max_staleness=1 cannot refill groups (grpo.dynamic_sampling);"
+     " set --config.grpo.dynamic_sampling=False"),
+])
+def test_running_ahead_is_checked_in_one_line_naming_the_fix(tiny, overrides, needle):
+  tiny.rollout.update(dict(slots=3, max_staleness=1))
+  config_lib.validate(tiny, num_devices=1)
+  for section, values in overrides.items():
+    tiny[section].update(values)
+  lines = _invalid(tiny)
+  assert any(needle in line for line in lines), lines
+
+
 def test_tools_need_the_grouped_engine(tiny):
   tiny.rollout.engine = "tunix"
   config_lib.validate(tiny, num_devices=1)  # no tools: Tunix's sampler is fine

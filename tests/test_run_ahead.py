@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from conftest import run_cli
 from gemma_grpo.rl.run import run_ahead
+from gemma_grpo.runtime import metrics
 from gemma_grpo.seam import jax_mesh
 from gemma_grpo.tasks import prompts
 from test_carry_over import tiny_setup  # noqa: F401  pylint: disable=unused-import
@@ -109,3 +111,34 @@ def test_lookahead_peeks_without_taking():
   assert lookahead.peek(1) == 1 and lookahead.peek(0) == 0
   assert next(lookahead) == 0 and lookahead.peek(2) == 3 and lookahead.peek(3) is None
   assert list(lookahead) == [1, 2, 3]
+
+
+# --- end to end: configs/tiny.py ----------------------------------------------
+
+AHEAD = ("--config.rollout.slots=3", "--config.rollout.max_staleness=1",
+         "--config.rewards.custom=tests.toy_rewards:vowel_share,tests.toy_rewards:prompt_code",
+         "--config.optim.peak_lr=0.05", "--config.ckpt.every_steps=1", "--config.eval.every_steps=0")
+
+
+def train(workdir, steps):
+  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
+                  f"--config.train.max_steps={steps}", *AHEAD])
+  return proc, metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
+
+
+def test_a_run_ahead_resumed_trains_the_batches_the_uninterrupted_one_does(tmp_path):
+  _, whole = train(tmp_path / "whole", 3)
+  train(tmp_path / "resumed", 2)
+  proc, resumed = train(tmp_path / "resumed", 3)
+  assert "Resuming from step 2" in proc.stderr
+  # Each step's batch, by the mean of its prompts' codes: the resumed run
+  # trained every batch of the uninterrupted run, once each, in its order.
+  codes = lambda rows: [r["rewards/train/prompt_code"] for r in rows]
+  assert codes(resumed) == codes(whole) and len(set(codes(whole))) == 3
+  # Step 1 trains tokens of the policy it updates: the ratio is 1. Step 2's
+  # were drawn (mostly) before update 1, which the toy reward made visible.
+  first, second = whole[0], whole[1]
+  assert (first["rollout/train/staleness_max"], second["rollout/train/staleness_max"]) == (0, 1)
+  assert first["actor/train/ratio/min"] == pytest.approx(1.0, abs=1e-5)
+  assert first["actor/train/ratio/max"] == pytest.approx(1.0, abs=1e-5)
+  assert second["actor/train/ratio/max"] - second["actor/train/ratio/min"] > 1e-3

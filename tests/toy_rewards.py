@@ -17,6 +17,15 @@ def vowel_share(prompts, completions, answer, **unused):
   return scores
 
 
+def prompt_code(prompts, completions, answer, **unused):
+  """A number per prompt (0..1), the same for a group's rows: zero advantage,
+  but its logged mean tells which problems a step trained on."""
+  del completions, answer, unused
+  import zlib  # pylint: disable=g-import-not-at-top
+
+  return [zlib.crc32(str(p).encode()) % 1000 / 1000 for p in prompts]
+
+
 def fails_in_process_1(prompts, completions, answer, **unused):
   """Raises in JAX process 1 only: a fault that one process of a run meets alone."""
   del prompts, answer, unused

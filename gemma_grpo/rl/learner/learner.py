@@ -132,6 +132,8 @@ class Learner(tunix_learner.StepLearner):
     """A training step's round from rollouts run ahead (rollout.max_staleness)."""
     rollout_config = self.rl_cluster.get_rollout_config(Mode.TRAIN)
     rollout_config.return_logprobs = True  # every token's behaviour policy is the sampler
+    if self._decode_stats:
+      self.rl_cluster.rollout.take_decode_stats()  # the held-out eval's, if any: not ours
     with jax_mesh.tunix_mesh(self.rl_cluster.r2m[rl_cluster_lib.Role.ROLLOUT]):
       ahead = self._run_ahead.rollout(step, list(inputs["prompts"]), rollout_config,
                                       version=self.rl_cluster.actor_trainer.train_steps)
