@@ -5,8 +5,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from configs import tiny
 from conftest import run_cli
+from gemma_grpo import errors
+from gemma_grpo.config import settings
 from gemma_grpo.rl.run import run_ahead
+from gemma_grpo.rl.run import training_run
 from gemma_grpo.runtime import metrics
 from gemma_grpo.seam import jax_mesh
 from gemma_grpo.tasks import prompts
@@ -142,3 +146,12 @@ def test_a_run_ahead_resumed_trains_the_batches_the_uninterrupted_one_does(tmp_p
   assert first["actor/train/ratio/min"] == pytest.approx(1.0, abs=1e-5)
   assert first["actor/train/ratio/max"] == pytest.approx(1.0, abs=1e-5)
   assert second["actor/train/ratio/max"] - second["actor/train/ratio/min"] > 1e-3
+
+
+def test_several_processes_are_refused_in_one_line_before_the_model_loads(tmp_path, monkeypatch):
+  c = tiny.get_config()
+  c.rollout.update(dict(slots=3, max_staleness=1))
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  with pytest.raises(errors.UserError, match=r"rollout.max_staleness=1 runs in one process for"
+                                             r" now; set --config.rollout.max_staleness=0"):
+    training_run.preflight(settings.from_config(c), tmp_path / "run")

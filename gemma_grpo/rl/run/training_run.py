@@ -74,6 +74,11 @@ def preflight(c: settings.Settings, workdir: str | os.PathLike) -> Start:
     logging.warning(
         "train.micro_batch_size x grpo.num_generations = %d completions do not"
         " split over mesh fsdp=%d; each device will process all of them", rows, fsdp)
+  if c.rollout.max_staleness and jax.process_count() > 1:
+    # Not built there: every process would have to carry the same slots.
+    raise errors.UserError(
+        f"rollout.max_staleness={c.rollout.max_staleness} runs in one process for now;"
+        " set --config.rollout.max_staleness=0 for multi-process runs")
   data_lib.check_source(c.data.source)
   check_tools(c.rollout)
   work = storage.path(workdir)
@@ -129,11 +134,6 @@ class _Parts:
 
 def _train(c: settings.Settings, start: Start, stop: guards.StopSignal) -> int:
   work = start.work
-  if c.rollout.max_staleness and jax.process_count() > 1:
-    # Untested there: each process would have to carry identical slots.
-    raise errors.UserError(
-        f"rollout.max_staleness={c.rollout.max_staleness} runs in one process for now;"
-        " set --config.rollout.max_staleness=0 for multi-process runs")
   mesh_lib.enable_compilation_cache(os.path.join(c.model.cache_dir, "xla"))
   work.mkdir(parents=True, exist_ok=True)
   is_chief = jax.process_index() == 0
