@@ -64,11 +64,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  lines: list[str] = []
-
-  def say(text: str = "") -> None:
-    print(text, flush=True)
-    lines.append(text)
+  say = common.Transcript()
 
   import jax  # pylint: disable=g-import-not-at-top
   from tunix.rl.rollout import base_rollout  # pylint: disable=g-import-not-at-top
@@ -149,14 +145,11 @@ def main(argv=None) -> int:
                  f"{statistics.median(x['seconds'] for x in mine):.1f}", f"{occupancy:.2f}",
                  f"{1000 * statistics.median(x['seconds'] / max(x['steps'], 1) for x in mine):.0f}"))
   header = ("engine", "tokens/s", "vs lockstep", "s/batch", "occupancy", "ms/step")
-  widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-  for row in [header, ["-" * w for w in widths], *rows]:
-    say("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
+  for line in common.table_lines(header, rows):
+    say(line)
   say("tokens/s: over all batches; vs lockstep: the median of the per-batch ratios;"
       " s/batch: median seconds per call")
-  if args.out:
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
+  say.write(args.out)
   return 0
 
 

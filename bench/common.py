@@ -62,14 +62,31 @@ def fmt(value: float | None, digits: int = 2) -> str:
   return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+  """A right-aligned text table: header, dashes, rows."""
   widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
   line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))
-  print(line(header))
-  print("  ".join("-" * w for w in widths))
-  for row in rows:
-    print(line(row))
-  sys.stdout.flush()
+  return [line(header), "  ".join("-" * w for w in widths), *(line(row) for row in rows)]
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+  print("\n".join(table_lines(header, rows)), flush=True)
+
+
+class Transcript:
+  """What a benchmark prints, kept to be written to its --out file too."""
+
+  def __init__(self):
+    self.lines: list[str] = []
+
+  def __call__(self, text: str = "") -> None:
+    print(text, flush=True)
+    self.lines.append(text)
+
+  def write(self, path: pathlib.Path | None) -> None:
+    if path:
+      path.parent.mkdir(parents=True, exist_ok=True)
+      path.write_text("\n".join(self.lines) + "\n")
 
 
 # --- data --------------------------------------------------------------------

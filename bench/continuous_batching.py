@@ -94,11 +94,7 @@ def workload(n_prompts: int, generations: int) -> list[str]:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  lines: list[str] = []
-
-  def say(text: str = "") -> None:
-    print(text, flush=True)
-    lines.append(text)
+  say = common.Transcript()
 
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -188,9 +184,8 @@ def main(argv=None) -> int:
                  f"{ms_step:.0f}", int(med([x["refills"] for x in runs]))))
   header = ("engine", "tokens/s", f"vs {base}", "seconds", "decode steps", "occupancy",
             "ms/step", "refills")
-  widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-  for row in [header, ["-" * w for w in widths], *rows]:
-    say("  ".join(str(c).rjust(w) for c, w in zip(row, widths)))
+  for line in common.table_lines(header, rows):
+    say(line)
   largest = names[-1]
   same = all(rd[n]["completions"] == rd[largest]["completions"]
              for rd in rounds for n in names if n.startswith("slots"))
@@ -200,9 +195,7 @@ def main(argv=None) -> int:
     say(f"lockstep with the stop text kept the tokens of cut after (same key): {same}")
   say(f"median ratio of tokens/s to {base}: "
       + ", ".join(f"{r[0]} {r[2]}x" for r in rows[1:]))
-  if args.out:
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
+  say.write(args.out)
   return 0
 
 
