@@ -120,7 +120,7 @@ class CarryOver:
         with_logps=call.with_logps, screen_width=call.screen_width, slots=self._slots,
         rows_per_prompt=call.rows_per_prompt)
     admit_N = np.full(len(prompts), admit)
-    out = fn(*args, self._state._replace(finish_S=finish_S), admit_N, **kwargs)
+    out = fn(*args, self._state, finish_S, admit_N, **kwargs)
     tokens_NxT, logps_NxT, full_heads, steps, refills, sample_S, self._state = out
     self._state = self._placed(self._state)
     tokens_NxT, logps_NxT, full_heads, steps, refills, sample_S = jax.device_get(

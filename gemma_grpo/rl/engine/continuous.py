@@ -44,7 +44,6 @@ class SlotState(NamedTuple):
   key_S: jax.Array  # its sampling key (sampling.sample_keys)
   text_state_S: jax.Array  # its stop-text state (zeros without a stop text)
   live_S: jax.Array  # the slot holds an unfinished sample
-  finish_S: jax.Array  # the next call decodes it to its end (set by the caller)
   keys_LxSxKxHxT: jax.Array  # its completion's keys and values
   values_LxSxKxTxH: jax.Array
   prompt_keys_LxSxKxHxP: jax.Array  # its prompt's keys, values and valid mask
@@ -63,7 +62,7 @@ def empty_slots(prompt_cache, valid_UxP, *, slots: int, new_tokens: int,
       jnp.zeros((slots, new_tokens), jnp.int32),
       jnp.zeros((slots, new_tokens if with_logps else 1), jnp.float32), zeros, zeros,
       sampling_lib.sample_keys(jax.random.PRNGKey(0), slots), zeros, jnp.zeros(slots, bool),
-      jnp.zeros(slots, bool), keys, values,
+      keys, values,
       jnp.zeros((layers, slots, kv_heads, head_dim, width), dtype),
       jnp.zeros((layers, slots, kv_heads, width, head_dim), dtype),
       jnp.zeros((slots, valid_UxP.shape[1]), bool))
@@ -73,7 +72,7 @@ def empty_slots(prompt_cache, valid_UxP, *, slots: int, new_tokens: int,
                                              "screen_width", "slots", "rows_per_prompt"))
 def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, first_logp_N,
                  prompt_cache, next_position_N, valid_UxP, stop_ids, next_state_SxV, rng,
-                 carried=None, admit_N=None, *, shapes, new_tokens,
+                 carried=None, finish_S=None, admit_N=None, *, shapes, new_tokens,
                  sampling, with_logps, screen_width, slots, rows_per_prompt):
   """lockstep.decode's tokens for N samples, decoded in `slots` rows.
 
@@ -95,7 +94,7 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
   With `carried` (a SlotState) the samples are indexed [0, S) for the
   carried slots' and S + n for new sample n; only the new ones whose
   `admit_N` is set take slots, after the carried ones; and the loop stops
-  once a slot idles and every `finish_S` sample has ended.
+  once a slot idles and every carried sample marked in `finish_S` has ended.
 
   Returns ([N, T] tokens, zeros after a stop; [N, T] or [N, 1] log-probs;
   unproved screen steps; decode steps run; slots refilled); with `carried`
@@ -123,7 +122,7 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
     if first_state_N is not None:
       first_state_N = jnp.concatenate([carried.text_state_S.astype(first_state_N.dtype),
                                        first_state_N])
-    finish_N = jnp.concatenate([carried.finish_S & carried.live_S,
+    finish_N = jnp.concatenate([finish_S & carried.live_S,
                                 jnp.zeros(first_N.shape[0], bool)])
   samples = live_N.shape[0]
   queue_N = jnp.argsort(~live_N, stable=True)  # live samples first, in index order
@@ -242,5 +241,5 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
   left = SlotState(
       tokens_NxT[row_S], logps_NxT[row_S], t_S, next_position_N[row_S], keys_N[row_S],
       jnp.zeros(slots, jnp.int32) if text_state_S is None else text_state_S.astype(jnp.int32),
-      sample_S < samples, jnp.zeros(slots, bool), keys_LxSxKxHxT, values_LxSxKxTxH, *slot_prompts)
+      sample_S < samples, keys_LxSxKxHxT, values_LxSxKxTxH, *slot_prompts)
   return tokens_NxT, logps_NxT, full_heads, steps, refills, sample_S, left
