@@ -1,5 +1,8 @@
 """Rollouts run ahead of the update (rl/run/run_ahead.py), on a tiny random Gemma-3."""
 
+import json
+import shutil
+
 import jax
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ from gemma_grpo import errors
 from gemma_grpo.config import settings
 from gemma_grpo.rl.run import run_ahead
 from gemma_grpo.rl.run import training_run
+from gemma_grpo.runtime import checkpoints
 from gemma_grpo.runtime import metrics
 from gemma_grpo.seam import jax_mesh
 from gemma_grpo.tasks import prompts
@@ -125,12 +129,6 @@ AHEAD = ("--config.rollout.slots=3", "--config.rollout.max_staleness=1",
          "--config.optim.peak_lr=0.05", "--config.ckpt.every_steps=1", "--config.eval.every_steps=0")
 
 
-def train(workdir, steps):
-  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
-                  f"--config.train.max_steps={steps}", *AHEAD])
-  return proc, metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
-
-
 def test_a_run_ahead_resumed_trains_the_batches_the_uninterrupted_one_does(tmp_path):
   # Uninterrupted, nothing compiles after the first update: each step's call
   # merges new adapters at its prefill and takes the slots the last call left.
@@ -138,9 +136,19 @@ def test_a_run_ahead_resumed_trains_the_batches_the_uninterrupted_one_does(tmp_p
   assert watched == compiled_once(3)
   whole = metrics.read_jsonl(tmp_path / "whole" / "tensorboard" / "metrics.jsonl")
   assert [r["rollout/train/staleness_max"] for r in whole] == [0, 1, 1]
-  train(tmp_path / "resumed", 2)
-  proc, resumed = train(tmp_path / "resumed", 3)
+  # The run as a kill -9 after step 2's checkpoint leaves it, with batch 3 in
+  # flight in the slots: resumed, it samples batch 3 again from step 2's policy.
+  parts = tmp_path / "parts"
+  shutil.copytree(tmp_path / "whole", parts)
+  shutil.rmtree(checkpoints.actor_dir(parts) / "3")
+  jsonl = parts / "tensorboard" / "metrics.jsonl"
+  jsonl.write_text("".join(line + "\n" for line in jsonl.read_text().splitlines()
+                           if json.loads(line)["step"] <= 2))
+  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(parts),
+                  "--config.train.max_steps=3", *AHEAD])
   assert "Resuming from step 2" in proc.stderr
+  resumed = metrics.read_jsonl(jsonl)
+  assert [r["step"] for r in resumed] == [1, 2, 3]
   # Each step's batch, by the mean of its prompts' codes: the resumed run
   # trained every batch of the uninterrupted run, once each, in its order.
   codes = lambda rows: [r["rewards/train/prompt_code"] for r in rows]
