@@ -152,6 +152,26 @@ def run_python(code: str, *, cwd: pathlib.Path, devices: int = 1, timeout: int =
   return proc
 
 
+def run_as_of_step(workdir: pathlib.Path, copy: pathlib.Path, step: int) -> pathlib.Path:
+  """A copy of the run in `workdir` as it was right after its checkpoint at
+  `step` (a stop then, or a kill -9 before the next checkpoint): later
+  checkpoints and metrics removed. Resuming it trains the later steps again
+  without training the earlier ones twice."""
+  import json  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+
+  from gemma_grpo.runtime import checkpoints  # pylint: disable=g-import-not-at-top
+
+  shutil.copytree(workdir, copy)
+  for saved in checkpoints.actor_dir(copy).iterdir():
+    if saved.name.isdigit() and int(saved.name) > step:
+      shutil.rmtree(saved)
+  jsonl = copy / "tensorboard" / "metrics.jsonl"
+  jsonl.write_text("".join(line + "\n" for line in jsonl.read_text().splitlines()
+                           if json.loads(line)["step"] <= step))
+  return copy
+
+
 # Files that share the two_processes_four_steps fixture: one xdist worker runs
 # them all, so the two-process run is made once, not once per worker.
 TWO_PROCESS_FILES = ("test_distributed.py", "test_gpu_cluster.py", "test_tpu_rehearsal.py")

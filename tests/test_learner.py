@@ -6,19 +6,18 @@ test_rollout_rounds.py and test_train_examples.py.
 """
 
 import json
-import shutil
 
 import numpy as np
 import pytest
 
 from configs import base
+from conftest import run_as_of_step
 from conftest import run_cli
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
 from gemma_grpo.commands import train
 from gemma_grpo.rl.learner import learner
 from gemma_grpo.rl.learner import train_examples
-from gemma_grpo.runtime import checkpoints
 from gemma_grpo.runtime import metrics
 
 
@@ -241,12 +240,8 @@ def test_a_resumed_run_with_four_updates_per_batch_continues_exactly(tmp_path):
   # The run as it was after its checkpoint at step 4 (a stop then, or a
   # crash before step 8's checkpoint): what a 4-step run of the same config
   # would leave, without training those 4 steps again.
-  parts = tmp_path / "parts"
-  shutil.copytree(tmp_path / "whole", parts)
-  shutil.rmtree(checkpoints.actor_dir(parts) / "8")
+  parts = run_as_of_step(tmp_path / "whole", tmp_path / "parts", 4)
   jsonl = parts / "tensorboard" / "metrics.jsonl"
-  jsonl.write_text("".join(line + "\n" for line in jsonl.read_text().splitlines()
-                           if json.loads(line)["step"] <= 4))
   resumed = run_cli(["train", *args, "--workdir", str(parts), "--config.train.max_steps=8"])
   assert "Resuming from step 4" in resumed.stderr, resumed.stderr[-3000:]
   logged = [json.loads(line)["step"] for line in jsonl.read_text().splitlines()]

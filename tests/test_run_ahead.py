@@ -1,20 +1,17 @@
 """Rollouts run ahead of the update (rl/run/run_ahead.py), on a tiny random Gemma-3."""
 
-import json
-import shutil
-
 import jax
 import numpy as np
 import pytest
 from flax import nnx
 
 from configs import tiny
+from conftest import run_as_of_step
 from conftest import run_cli
 from gemma_grpo import errors
 from gemma_grpo.config import settings
 from gemma_grpo.rl.run import run_ahead
 from gemma_grpo.rl.run import training_run
-from gemma_grpo.runtime import checkpoints
 from gemma_grpo.runtime import metrics
 from gemma_grpo.seam import jax_mesh
 from gemma_grpo.tasks import prompts
@@ -138,12 +135,8 @@ def test_a_run_ahead_resumed_trains_the_batches_the_uninterrupted_one_does(tmp_p
   assert [r["rollout/train/staleness_max"] for r in whole] == [0, 1, 1]
   # The run as a kill -9 after step 2's checkpoint leaves it, with batch 3 in
   # flight in the slots: resumed, it samples batch 3 again from step 2's policy.
-  parts = tmp_path / "parts"
-  shutil.copytree(tmp_path / "whole", parts)
-  shutil.rmtree(checkpoints.actor_dir(parts) / "3")
+  parts = run_as_of_step(tmp_path / "whole", tmp_path / "parts", 2)
   jsonl = parts / "tensorboard" / "metrics.jsonl"
-  jsonl.write_text("".join(line + "\n" for line in jsonl.read_text().splitlines()
-                           if json.loads(line)["step"] <= 2))
   proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(parts),
                   "--config.train.max_steps=3", *AHEAD])
   assert "Resuming from step 2" in proc.stderr
