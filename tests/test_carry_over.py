@@ -121,3 +121,22 @@ def test_a_call_stops_when_a_slot_would_idle(tiny_setup):
   assert out.stats.kept == out.stats.steps * out.stats.slots  # no slot ever idled
   with pytest.raises(ValueError, match="ids for"):
     carry.decode(GROUPED, [0], config(), must_finish=lambda i: False)
+
+
+def test_every_call_keeps_the_first_calls_group_size(tiny_setup):
+  # Prompt slots hold groups of the first call's size. A later call that
+  # draws one problem twice in a row (a run of 4) is still groups of 2, and
+  # each of its samples draws what it draws alone; runs of 3 are refused.
+  mesh, actor, tokenizer, engine = tiny_setup
+  carry = carry_over.CarryOver(with_slots(engine, actor, tokenizer, mesh, 4), slots=4)
+  sampling, stops = SAMPLINGS["top-k 50"], [uneven_stop(engine, mesh)]
+  decode(carry, mesh, GROUPED, "a", sampling, stops)
+  twice = OTHER[:2] * 2 + OTHER[2:4]
+  second = decode(carry, mesh, twice, "b", sampling, stops, must_finish=("a",))
+  third = decode(carry, mesh, OTHER, "drain", sampling, stops, must_finish=("b",), admit=False)
+  want = alone(engine, actor, tokenizer, mesh, twice, "b", sampling, stops)
+  finished = {**second.finished, **third.finished}
+  for i in range(len(twice)):
+    assert finished[("b", i)].tokens.tolist() == want.tokens[i].tolist()
+  with pytest.raises(RuntimeError, match="not in runs of 2, the first call's group size"):
+    decode(carry, mesh, OTHER[:1] * 3 + OTHER[2:3] * 3, "b", sampling, stops)

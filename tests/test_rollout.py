@@ -295,19 +295,24 @@ def test_continuous_batching_draws_every_completion_as_without_refills(tiny_setu
 
 
 @pytest.mark.parametrize("window", [None, 5], ids=["global", "window-cuts-the-completion"])
-def test_greedy_continuous_batching_gives_the_lockstep_tokens(window):
+def test_greedy_continuous_batching_gives_the_lockstep_tokens_and_log_probs(window):
   # Two key/value heads and, in one case, a window of 5 that hides each
   # completion's first keys from the 6th new token on: per-row positions
-  # and masks must match the lockstep engine's shared ones.
+  # and masks must match the lockstep engine's shared ones. A prompt slot's
+  # rows attend to its prompt in lockstep's own dot, so the log-probs are
+  # lockstep's to the bit.
   mesh = device_mesh()
   overrides = dict(num_kv_heads=2) if window is None else dict(num_kv_heads=2,
                                                                sliding_window=window)
   actor, tokenizer, engine = build(mesh, **overrides)
   stop = uneven_stop(engine, mesh)
   for stops in (NO_STOP, [stop]):
-    want = [t.tolist() for t in generate(engine, mesh, GROUPED, eos_tokens=stops).tokens]
+    want = generate(engine, mesh, GROUPED, eos_tokens=stops, return_logprobs=True)
     slotted = with_slots(engine, actor, tokenizer, mesh, 4)
-    assert [t.tolist() for t in generate(slotted, mesh, GROUPED, eos_tokens=stops).tokens] == want
+    got = generate(slotted, mesh, GROUPED, eos_tokens=stops, return_logprobs=True)
+    assert [t.tolist() for t in got.tokens] == [t.tolist() for t in want.tokens]
+    for got_logps, want_logps in zip(got.logprobs, want.logprobs):
+      np.testing.assert_array_equal(got_logps, want_logps)
     assert slotted.take_decode_stats()[0].refills >= 2
 
 

@@ -66,6 +66,7 @@ class CarryOver:
     self._state: continuous.SlotState | None = None
     self._ids: list[Hashable | None] = [None] * slots
     self._t_S = np.zeros(slots, np.int64)  # each carried sample's next completion slot
+    self._rows_per_prompt: int | None = None  # the first call's; the prompt slots' lanes
 
   def _placed(self, state: continuous.SlotState) -> continuous.SlotState:
     """`state` replicated on the engine's mesh: the empty state and a call's
@@ -95,12 +96,18 @@ class CarryOver:
     until a slot idles and every carried sample that `must_finish` has ended.
 
     `prompts` are equal-length runs (groups), as generate()'s; every call
-    must have as many, with the prompt width and sampling rule of the first.
+    must have as many, with the group size, prompt width and sampling rule
+    of the first (the group size is the first call's even where a later
+    call's runs are longer: two groups of one problem in a row).
     """
     engine = self._engine
     if len(ids) != len(prompts):
       raise ValueError(f"{len(ids)} ids for {len(prompts)} prompts")
-    call = engine.prepare(list(prompts), rollout_config)
+    call = engine.prepare(list(prompts), rollout_config, rows_per_prompt=self._rows_per_prompt)
+    if self._rows_per_prompt not in (None, call.rows_per_prompt):
+      raise RuntimeError(f"a carrying call's prompts are not in runs of {self._rows_per_prompt},"
+                         " the first call's group size: every call needs one group size")
+    self._rows_per_prompt = call.rows_per_prompt
     fn, args, kwargs = engine.prefill_call(
         call.prompt_ids_UxP, call.rng, rows_per_prompt=call.rows_per_prompt,
         sampling=call.sampling, screen_width=call.screen_width, slots=self._slots)
@@ -108,12 +115,12 @@ class CarryOver:
     new_tokens = rollout_config.max_tokens_to_generate
     if self._state is None:
       self._state = self._placed(continuous.empty_slots(
-          prefilled[5], prefilled[7], slots=self._slots, new_tokens=new_tokens,
-          with_logps=call.with_logps))
-    elif self._state.valid_SxP.shape[1] != call.padded_BxP.shape[1]:
+          prefilled[5], prefilled[7], slots=self._slots, rows_per_prompt=call.rows_per_prompt,
+          new_tokens=new_tokens, with_logps=call.with_logps))
+    elif self._state.valid_QxP.shape[1] != call.padded_BxP.shape[1]:
       raise RuntimeError(
           f"a carrying call's prompts are {call.padded_BxP.shape[1]} tokens wide, the carried"
-          f" samples' {self._state.valid_SxP.shape[1]}: every call needs one prompt width")
+          f" samples' {self._state.valid_QxP.shape[1]}: every call needs one prompt width")
     finish_S = np.array([i is not None and bool(must_finish(i)) for i in self._ids])
     fn, args, kwargs = engine.decode_call(
         prefilled, call.stop_ids, call.rng, new_tokens=new_tokens, sampling=call.sampling,

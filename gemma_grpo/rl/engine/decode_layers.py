@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import NamedTuple
 
 from flax import nnx
 import jax
@@ -137,8 +138,19 @@ def first_tokens(first_R, first_logp_R, *, new_tokens: int, with_logps: bool):
   return tokens_RxT, logps_RxT.at[:, 0].set(first_logp_R)
 
 
+class SlotRows(NamedTuple):
+  """Where continuous batching's rows sit (continuous.decode_slots): row b's
+  prompt is in prompt slot prompt_slot_B[b], its query heads in lane
+  place_B[b] of the prompt slots' lanes (Q·lanes where the row idles)."""
+
+  prompt_slot_B: jax.Array
+  place_B: jax.Array
+  lanes: int  # rows_per_prompt
+
+
 def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position_B, t,
-                 prompt_cache, valid_UxP, keys_LxBxKxHxT, values_LxBxKxTxH, per_row=False):
+                 prompt_cache, valid_UxP, keys_LxBxKxHxT, values_LxBxKxTxH,
+                 rows: SlotRows | None = None):
   """One token per row through one layer; writes its key/value at completion slot `t`.
 
   Attention reads two caches. The prompt's keys and values are held once
@@ -154,10 +166,10 @@ def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position
   XLA:CPU's query-key dot reads that layout faster (bench/studies/engine_ab.py,
   docs/results/engine_ab/).
 
-  With `per_row` (continuous batching: rows are slots, each holding any
+  With `rows` (continuous batching: rows are slots, each holding any
   sample of any prompt, started at any step) `t` is per row ([B]: each row's
-  own completion slot) and `prompt_cache`, `valid_UxP` hold each row's own
-  prompt (U = B; _decode_rows_attention).
+  own completion slot) and `prompt_cache`, `valid_UxP` hold the prompt
+  slots' prompts (U = Q; _decode_rows_attention).
   """
   batch = x_BxD.shape[0]
   prompt_keys_LxUxKxHxP, prompt_values_LxUxKxPxH = prompt_cache
@@ -176,10 +188,10 @@ def decode_layer(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, position
   new_key_BxKxH = rope(new_key_BxKxH[:, None], position_B[:, None])[:, 0]
   dtype = keys_LxBxKxHxT.dtype
   query_BxKxGxH = query_BxNxH.reshape(batch, k, heads, h)
-  if per_row:
+  if rows is not None:
     return _decode_rows_attention(w, shape, layer, x_BxD, query_BxKxGxH, new_key_BxKxH,
                                   kv_Bx2xKxH[:, 1], t, prompt_cache, valid_UxP,
-                                  keys_LxBxKxHxT, values_LxBxKxTxH)
+                                  keys_LxBxKxHxT, values_LxBxKxTxH, rows)
   keys_LxBxKxHxT = jax.lax.dynamic_update_slice(
       keys_LxBxKxHxT, new_key_BxKxH[None, :, :, :, None].astype(dtype), (layer, 0, 0, 0, t))
   values_LxBxKxTxH = jax.lax.dynamic_update_slice(
@@ -232,20 +244,24 @@ def _output_and_mlp(w: LayerWeights, x_BxD, attended_BxKxGxH):
 
 
 def _decode_rows_attention(w: LayerWeights, shape: LayerShape, layer: int, x_BxD, query_BxKxGxH,
-                           new_key_BxKxH, new_value_BxKxH, t_B, prompt_cache, valid_BxP,
-                           keys_LxBxKxHxT, values_LxBxKxTxH):
-  """decode_layer for rows that each sit at their own slot t_B[b], with their own prompt.
+                           new_key_BxKxH, new_value_BxKxH, t_B, prompt_cache, valid_QxP,
+                           keys_LxBxKxHxT, values_LxBxKxTxH, rows: SlotRows):
+  """decode_layer for rows that each sit at their own slot t_B[b], in a lane of a prompt slot.
 
-  `prompt_cache` holds each row's prompt ([L, B, K, H, P] keys, [L, B, K, P, H]
-  values: the engine copies a prompt's in when a row takes a new sample,
-  continuous.decode_slots), so a row reads only its own, in a dot batched over
-  rows whose result does not depend on the other rows. Each row writes its
-  key and value at its own slot (a scatter, in place in the decode loop);
-  slots past t_B[b] may hold an earlier sample's: the mask hides them.
+  `prompt_cache` holds Q prompt slots' keys and values ([L, Q, K, H, P] and
+  [L, Q, K, P, H], copied in by continuous.decode_slots). Each row's query
+  heads go to its lane of its prompt slot, so the rows of one prompt attend
+  to it in one dot, as lockstep's do (the same dot, rows_per_prompt lanes
+  by G heads against P slots), and each prompt is read once a step. Each
+  row writes its key and value at its own completion slot (a scatter, in
+  place in the decode loop); slots past t_B[b] may hold an earlier sample's:
+  the mask hides them.
   """
   batch = x_BxD.shape[0]
-  prompt_keys_LxBxKxHxP, prompt_values_LxBxKxPxH = prompt_cache
-  prompt_width = valid_BxP.shape[1]
+  prompt_keys_LxQxKxHxP, prompt_values_LxQxKxPxH = prompt_cache
+  num_slots, prompt_width = valid_QxP.shape
+  _, k, heads, _ = query_BxKxGxH.shape
+  lanes = rows.lanes
   new_tokens = keys_LxBxKxHxT.shape[-1]
   dtype = keys_LxBxKxHxT.dtype
   rows_B = jnp.arange(batch)
@@ -254,15 +270,28 @@ def _decode_rows_attention(w: LayerWeights, shape: LayerShape, layer: int, x_BxD
       new_value_BxKxH.astype(dtype))
 
   slot_B = prompt_width + t_B  # each token's position in its prompt-then-completion sequence
-  prompt_visible_BxP = valid_BxP
+  prompt_visible_BxP = valid_QxP[rows.prompt_slot_B]
   new_visible_BxT = jnp.arange(new_tokens)[None, :] <= t_B[:, None]
   if shape.window is not None:
     prompt_visible_BxP &= jnp.arange(prompt_width)[None, :] > slot_B[:, None] - shape.window
     new_visible_BxT &= (prompt_width + jnp.arange(new_tokens))[None, :] > (
         slot_B[:, None] - shape.window)
 
-  prompt_logits_BxKxGxP = jnp.einsum("bkgh,bkhp->bkgp", query_BxKxGxH,
-                                     prompt_keys_LxBxKxHxP[layer])
+  def by_prompt(x_BxKxGxZ):  # [B, K, G, Z] -> [Q, K, lanes·G, Z]: each row in its lane, else 0
+    z = x_BxKxGxZ.shape[-1]
+    placed = jnp.zeros((num_slots * lanes, k, heads, z), x_BxKxGxZ.dtype).at[rows.place_B].set(
+        x_BxKxGxZ, mode="drop")
+    return (placed.reshape(num_slots, lanes, k, heads, z).transpose(0, 2, 1, 3, 4)
+            .reshape(num_slots, k, lanes * heads, z))
+
+  def by_row(x_QxKxMxZ):  # the inverse of by_prompt (an idle row reads some lane)
+    z = x_QxKxMxZ.shape[-1]
+    flat = (x_QxKxMxZ.reshape(num_slots, k, lanes, heads, z).transpose(0, 2, 1, 3, 4)
+            .reshape(num_slots * lanes, k, heads, z))
+    return flat[jnp.minimum(rows.place_B, num_slots * lanes - 1)]
+
+  prompt_logits_BxKxGxP = by_row(jnp.einsum("ukmh,ukhp->ukmp", by_prompt(query_BxKxGxH),
+                                            prompt_keys_LxQxKxHxP[layer]))
   prompt_logits_BxKxGxP = jnp.where(prompt_visible_BxP[:, None, None, :], prompt_logits_BxKxGxP,
                                     gemma3.K_MASK)
   new_logits_BxKxGxT = jnp.einsum("bkgh,bkht->bkgt", query_BxKxGxH, keys_LxBxKxHxT[layer])
@@ -272,7 +301,7 @@ def _decode_rows_attention(w: LayerWeights, shape: LayerShape, layer: int, x_BxD
       jnp.concatenate([prompt_logits_BxKxGxP, new_logits_BxKxGxT], axis=-1), axis=-1)
   probs_BxKxGxS = probs_BxKxGxS.astype(values_LxBxKxTxH.dtype)
   attended_BxKxGxH = (
-      jnp.einsum("bkgp,bkph->bkgh", probs_BxKxGxS[..., :prompt_width],
-                 prompt_values_LxBxKxPxH[layer])
+      by_row(jnp.einsum("ukmp,ukph->ukmh", by_prompt(probs_BxKxGxS[..., :prompt_width]),
+                        prompt_values_LxQxKxPxH[layer]))
       + jnp.einsum("bkgt,bkth->bkgh", probs_BxKxGxS[..., prompt_width:], values_LxBxKxTxH[layer]))
   return _output_and_mlp(w, x_BxD, attended_BxKxGxH), keys_LxBxKxHxT, values_LxBxKxTxH

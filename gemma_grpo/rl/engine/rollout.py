@@ -151,9 +151,12 @@ class Call(NamedTuple):
   screen_width: int
 
 
-def group_rows(prompts: Sequence[str]) -> tuple[list[int], int]:
-  """(index of each run's first row, run length) if `prompts` is equal-length runs."""
+def group_rows(prompts: Sequence[str], size: int | None = None) -> tuple[list[int], int]:
+  """(index of each run's first row, run length) if `prompts` is equal-length
+  runs (of `size` rows, if given), else (every row, 1)."""
   starts = [i for i in range(len(prompts)) if i == 0 or prompts[i] != prompts[i - 1]]
+  if size is not None:
+    starts = list(range(0, len(prompts), size))
   size = len(prompts) // len(starts)
   equal_runs = size * len(starts) == len(prompts) and all(
       prompts[s:s + size] == [prompts[s]] * size for s in starts)
@@ -292,15 +295,17 @@ class GroupedRollout(base_rollout.BaseRollout):
         logprobs=logprobs_out if call.with_logps else None,
     )
 
-  def prepare(self, prompts: list[str], rollout_config: base_rollout.RolloutConfig) -> Call:
-    """What a generate() call of `prompts` decodes from (its Call)."""
+  def prepare(self, prompts: list[str], rollout_config: base_rollout.RolloutConfig,
+              rows_per_prompt: int | None = None) -> Call:
+    """What a generate() call of `prompts` decodes from (its Call): its
+    prompts in runs of `rows_per_prompt` rows if they are, else as found."""
     rows = [self.tokenize(p) for p in prompts]
     prompt_width = rollout_config.max_prompt_length
     longest = max(len(r) for r in rows)
     if prompt_width is None or prompt_width < longest:
       prompt_width = 1 << (longest - 1).bit_length()  # as Tunix's sampler does
     padded_BxP = tokenizer_lib.left_pad(rows, self.pad_id(), prompt_width)
-    starts, rows_per_prompt = group_rows(prompts)
+    starts, rows_per_prompt = group_rows(prompts, rows_per_prompt)
     rng = rollout_config.seed  # as Tunix's sampler: a key, an int seed, or None (0)
     if rng is None:
       rng = jax.random.PRNGKey(0)
