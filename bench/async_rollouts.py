@@ -17,12 +17,17 @@ rollout engine, not learning (bench/accuracy.py-style runs measure that).
 
 Engines, each given the batches in order, one call per batch:
   lockstep          rollout.slots=0: a call decodes until its longest completion ends
+  lockstep logps    the same, keeping the sampler's log-probs (the whole float32
+                    LM head every step): what running ahead pays for them
   slots=S           rollout.slots=S: S rows kept busy, but a call still drains
                     its last samples while other slots idle
   slots=S ahead=k   rollout.slots=S, rollout.max_staleness=k: a call stops when a
                     slot would idle and carries its unfinished samples into the
                     next call (rl/engine/carry_over.py); the call of batch j
-                    finishes every sample of batch j - k, as the trainer does
+                    finishes every sample of batch j - k, as the trainer does,
+                    and keeps the sampler's log-probs, as the trainer must (its
+                    tokens' behaviour policy): every step computes the whole
+                    float32 LM head, where the others screen it
 Each engine compiles on a first call that is not timed (a batch of its own),
 then the batches run interleaved: batch j of every engine, the engines' order
 rotating, so every ratio compares calls made minutes apart at most (the
@@ -88,8 +93,9 @@ def main(argv=None) -> int:
   scale = common.LORA_ALPHA / common.LORA_RANK
   slot_counts = [int(s) for s in args.slots.split(",") if s]
   ahead = [int(k) for k in args.staleness.split(",") if k]
-  engines = {"lockstep": (rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=scale,
-                                                 stop_text=args.stop_text), 0)}
+  lockstep = rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=scale,
+                                    stop_text=args.stop_text)
+  engines = {"lockstep": (lockstep, 0), "lockstep logps": (lockstep, 0)}
   for s in slot_counts:
     engines[f"slots={s}"] = (rollout.GroupedRollout(actor, tokenizer, mesh, lora_scale=scale,
                                                     slots=s, stop_text=args.stop_text), 0)
@@ -106,7 +112,8 @@ def main(argv=None) -> int:
         max_tokens_to_generate=args.new_tokens, max_prompt_length=prompt_width,
         kv_cache_size=prompt_width + args.new_tokens, temperature=common.TEMPERATURE,
         top_p=1.0, top_k=common.TOP_K, eos_tokens=list(stop_ids),
-        seed=jax.random.fold_in(jax.random.PRNGKey(0), j))
+        seed=jax.random.fold_in(jax.random.PRNGKey(0), j),
+        return_logprobs=bool(k) or name == "lockstep logps")
     start = time.perf_counter()
     with mesh:
       if k:
