@@ -115,7 +115,7 @@ class CarryOver:
     new_tokens = rollout_config.max_tokens_to_generate
     if self._state is None:
       self._state = self._placed(continuous.empty_slots(
-          prefilled[5], prefilled[7], slots=self._slots, rows_per_prompt=call.rows_per_prompt,
+          prefilled[5], slots=self._slots, rows_per_prompt=call.rows_per_prompt,
           new_tokens=new_tokens, with_logps=call.with_logps))
     elif self._state.valid_QxP.shape[1] != call.padded_BxP.shape[1]:
       raise RuntimeError(

@@ -73,22 +73,27 @@ class SlotState(NamedTuple):
   valid_QxP: jax.Array
 
 
-def empty_slots(prompt_cache, valid_UxP, *, slots: int, rows_per_prompt: int, new_tokens: int,
+def _empty_prompt_slots(prompt_cache, count: int) -> tuple:
+  """`count` prompt slots' keys [L, Q, K, H, P], values [L, Q, K, P, H] and
+  valid mask [Q, P], zeroed, shaped like the prefill's prompt cache."""
+  layers, _, kv_heads, head_dim, width = prompt_cache[0].shape
+  dtype = prompt_cache[0].dtype
+  return (jnp.zeros((layers, count, kv_heads, head_dim, width), dtype),
+          jnp.zeros((layers, count, kv_heads, width, head_dim), dtype),
+          jnp.zeros((count, width), bool))
+
+
+def empty_slots(prompt_cache, *, slots: int, rows_per_prompt: int, new_tokens: int,
                 with_logps: bool) -> SlotState:
   """A SlotState of `slots` idle slots, shaped for a call with this prefill's outputs."""
   keys, values = decode_layers.completion_cache(prompt_cache, slots, new_tokens)
-  layers, _, kv_heads, head_dim, width = prompt_cache[0].shape
-  dtype = prompt_cache[0].dtype
-  num_prompt_slots = prompt_slots(slots, rows_per_prompt)
   zeros = jnp.zeros(slots, jnp.int32)
   return SlotState(
       jnp.zeros((slots, new_tokens), jnp.int32),
       jnp.zeros((slots, new_tokens if with_logps else 1), jnp.float32), zeros, zeros,
       sampling_lib.sample_keys(jax.random.PRNGKey(0), slots), zeros, jnp.zeros(slots, bool),
       keys, values, zeros, zeros,
-      jnp.zeros((layers, num_prompt_slots, kv_heads, head_dim, width), dtype),
-      jnp.zeros((layers, num_prompt_slots, kv_heads, width, head_dim), dtype),
-      jnp.zeros((num_prompt_slots, valid_UxP.shape[1]), bool))
+      *_empty_prompt_slots(prompt_cache, prompt_slots(slots, rows_per_prompt)))
 
 
 @jax.tree_util.register_dataclass
@@ -211,7 +216,6 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
   followed by each slot's sample (S + N where idle) and the SlotState to
   carry on.
   """
-  prompt_keys_LxUxKxHxP, prompt_values_LxUxKxPxH = prompt_cache
   lanes = rows_per_prompt
   num_prompt_slots = prompt_slots(slots, lanes)
   tokens_NxT, logps_NxT = decode_layers.first_tokens(first_N, first_logp_N, new_tokens=new_tokens,
@@ -248,14 +252,10 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
   if carried is None:
     keys_LxSxKxHxT, values_LxSxKxTxH = decode_layers.completion_cache(prompt_cache, slots,
                                                                       new_tokens)
-    layers, _, kv_heads, head_dim, width = prompt_keys_LxUxKxHxP.shape
-    dtype = prompt_keys_LxUxKxHxP.dtype
     seats = Seats(
         jnp.full(slots, samples), jnp.ones(slots, jnp.int32), jnp.zeros(slots, jnp.int32),
         jnp.zeros(slots, jnp.int32), None, zero, jnp.int32(-1), zero,
-        (jnp.zeros((layers, num_prompt_slots, kv_heads, head_dim, width), dtype),
-         jnp.zeros((layers, num_prompt_slots, kv_heads, width, head_dim), dtype),
-         jnp.zeros((num_prompt_slots, width), bool)))
+        _empty_prompt_slots(prompt_cache, num_prompt_slots))
   else:
     keys_LxSxKxHxT, values_LxSxKxTxH = carried.keys_LxSxKxHxT, carried.values_LxSxKxTxH
     seats = Seats(
