@@ -16,7 +16,11 @@ on. So:
   sampler's log-probs of every token are kept, and the loss divides by them
   (the behaviour policy: PPO's ratio, or TIS's weight with grpo.tis_cap);
   no token is ever more than k updates old, and the step checks it;
-- batch j is sampled with lockstep step j's key.
+- batch j is sampled with lockstep step j's key;
+- in a run of several processes, every process holds the same samples in
+  flight: each runs the same calls on replicated state, and each step checks
+  that their views agree (a digest of ids, policy versions and tokens)
+  before it trains, so a divergence stops the run in one line.
 
 Metrics (rollout/*): staleness of the batch's tokens (mean, max; in
 updates), the share of tokens drawn after their sample's first call (under
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import time
 from typing import Hashable, Iterable, Iterator
 
@@ -36,6 +41,7 @@ from tunix.rl.rollout import base_rollout
 
 from gemma_grpo.rl.engine import carry_over
 from gemma_grpo.rl.engine import rollout as rollout_lib
+from gemma_grpo.runtime import distributed
 
 
 class Lookahead(Iterator):
@@ -143,10 +149,26 @@ class RunAhead:
       # No batch to admit (the data ended): finish this one without admitting any.
       stats.append(self._call(step, prompts, rollout_config, version, due=step,
                               admit=False).stats)
+    distributed.check_same(
+        f"step {step + 1}: the set of samples in flight (rollout.max_staleness)", self.in_flight(),
+        "set --config.rollout.max_staleness=0 and report it")
     batch = self._batches.pop(step)
     assert len(batch.finished) == len(prompts), (step, len(batch.finished))
     return StepRollout(self._output(batch), time.perf_counter() - start, stats,
                        self._metrics(batch, version))
+
+  def in_flight(self) -> str:
+    """The samples in flight, as text: which batches, drawn by which policies,
+    which samples ended (a digest of their tokens and log-probs) and which
+    sit in which slot. Every process of a run must hold the same."""
+    lines = [f"next batch {self._next}; slots {self._carry.entering()}"]
+    for j, batch in sorted(self._batches.items()):
+      ended = hashlib.sha256()
+      for i, done in sorted(batch.finished.items()):
+        ended.update(f"{i}:".encode() + done.tokens.tobytes() + done.logps.tobytes())
+      lines.append(f"batch {j} from version {batch.version}: segments {sorted(batch.segments.items())},"
+                   f" ended {sorted(batch.finished)} {ended.hexdigest()[:16]}")
+    return "\n".join(lines)
 
   def _peek(self, n: int) -> list[str] | None:
     """The prompts of the n-th batch after the trainer's, each repeated G times as Tunix does."""

@@ -74,11 +74,6 @@ def preflight(c: settings.Settings, workdir: str | os.PathLike) -> Start:
     logging.warning(
         "train.micro_batch_size x grpo.num_generations = %d completions do not"
         " split over mesh fsdp=%d; each device will process all of them", rows, fsdp)
-  if c.rollout.max_staleness and jax.process_count() > 1:
-    # Not built there: every process would have to carry the same slots.
-    raise errors.UserError(
-        f"rollout.max_staleness={c.rollout.max_staleness} runs in one process for now;"
-        " set --config.rollout.max_staleness=0 for multi-process runs")
   data_lib.check_source(c.data.source)
   check_tools(c.rollout)
   work = storage.path(workdir)
