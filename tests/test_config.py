@@ -157,6 +157,30 @@ def test_running_ahead_is_checked_in_one_line_naming_the_fix(tiny, overrides, ne
   assert any(needle in line for line in lines), lines
 
 
+@pytest.mark.parametrize("overrides, devices, needle", [
+    (dict(rollout=dict(max_staleness=0)), 8,
+     "mesh.rollout_devices=4 decodes the next batch while the update runs, which needs"
+     " rollout.max_staleness >= 1; set --config.rollout.max_staleness=1"),
+    (dict(mesh=dict(fsdp=4)), 8,
+     "mesh.rollout_devices=4: each group fills fsdp with its own devices; set --config.mesh.fsdp=-1"),
+    ({}, 4, "mesh.rollout_devices=4: must be between 1 and 3 of the 4 devices (the rest run the update)"),
+    (dict(mesh=dict(tp=2, rollout_devices=3)), 8,
+     "mesh.rollout_devices=3: each group (3 and 5 devices) must be a multiple of mesh.tp=2;"
+     " choose a multiple of 2"),
+    (dict(mesh=dict(rollout_devices=-1)), 8,
+     "mesh.rollout_devices=-1: must be >= 0 (0 = one mesh for every program)"),
+])
+def test_a_rollout_group_of_its_own_is_checked_in_one_line_naming_the_fix(tiny, overrides, devices,
+                                                                         needle):
+  tiny.rollout.update(dict(slots=3, max_staleness=1))
+  tiny.mesh.rollout_devices = 4
+  config_lib.validate(tiny, num_devices=8)
+  for section, values in overrides.items():
+    tiny[section].update(values)
+  lines = _invalid(tiny, device_count=devices)
+  assert any(needle in line for line in lines), lines
+
+
 def test_tools_need_the_grouped_engine(tiny):
   tiny.rollout.engine = "tunix"
   config_lib.validate(tiny, num_devices=1)  # no tools: Tunix's sampler is fine

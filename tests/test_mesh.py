@@ -71,3 +71,19 @@ def test_mesh_must_fill_the_devices():
   with pytest.raises(errors.UserError, match="does not fill the 8 available devices"):
     mesh_lib.make_mesh(settings.MeshSettings(fsdp=3, tp=1))
   assert jax.device_count() == 8
+
+
+def test_a_rollout_group_of_its_own_takes_the_first_devices_and_keeps_tp():
+  update, rollout = mesh_lib.make_meshes(settings.MeshSettings(fsdp=-1, tp=2, rollout_devices=2))
+  assert [d.id for d in rollout.devices.flat] == [0, 1] and dict(rollout.shape) == {"fsdp": 1, "tp": 2}
+  assert [d.id for d in update.devices.flat] == [2, 3, 4, 5, 6, 7]
+  assert dict(update.shape) == {"fsdp": 3, "tp": 2}
+  one, same = mesh_lib.make_meshes(settings.MeshSettings(fsdp=-1, tp=1))
+  assert one is same and one.size == 8
+
+
+def test_a_rollout_group_of_its_own_runs_in_one_process_for_now(monkeypatch):
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  with pytest.raises(errors.UserError, match=r"mesh.rollout_devices=4 runs in one process for now,"
+                                             r" not 2; set --config.mesh.rollout_devices=0"):
+    mesh_lib.make_meshes(settings.MeshSettings(fsdp=-1, tp=1, rollout_devices=4))

@@ -95,7 +95,7 @@ def test_the_split_bound_is_the_slower_group_plus_the_adapter_transfer(tiny_on_v
   result, values = tiny_on_v5e_8_split
   assert result.returncode == 0, result.stderr[-2000:]
   split = values["split"]
-  assert split["runs_in_trainer"] is False and "staleness 1" in split["assumes"]
+  assert split["runs_in_trainer"] is True and "staleness 1" in split["assumes"]
   assert "HBM bandwidth" in split["transfer_assumption"]
   rollout, update = split["rollout"], split["update"]
   assert (rollout["devices"], update["devices"]) == (4, 4)
@@ -118,7 +118,8 @@ def test_the_split_bound_is_the_slower_group_plus_the_adapter_transfer(tiny_on_v
   assert math.isclose(split["step_seconds_lower_bound"], expected)
   assert math.isclose(split["shared_step_seconds_lower_bound"], values["step_seconds_lower_bound"])
   assert math.isclose(split["ratio_to_shared"], expected / values["step_seconds_lower_bound"])
-  assert "a prediction: the trainer does not run this layout yet" in result.stdout
+  assert ("a prediction of the trainer's --config.mesh.rollout_devices=4"
+          " --config.rollout.max_staleness=1") in result.stdout
   assert f"split / shared = {expected / values['step_seconds_lower_bound']:.2f}" in result.stdout
 
 

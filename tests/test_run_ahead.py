@@ -1,5 +1,7 @@
 """Rollouts run ahead of the update (rl/run/run_ahead.py), on a tiny random Gemma-3."""
 
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -9,11 +11,13 @@ from conftest import run_as_of_step
 from conftest import run_cli
 from conftest import start_processes
 from conftest import wait_all
+from gemma_grpo.rl.eval import scoring
 from gemma_grpo.rl.run import run_ahead
 from gemma_grpo.runtime import metrics
 from gemma_grpo.seam import jax_mesh
 from gemma_grpo.tasks import prompts
 from test_carry_over import tiny_setup  # noqa: F401  pylint: disable=unused-import
+from test_placement import own_group
 from test_rollout import SAMPLINGS, config, generate, uneven_stop, with_slots
 from test_train import compiled_once, train_watching_compiles
 
@@ -127,6 +131,55 @@ def test_the_samples_in_flight_read_alike_only_where_they_were_drawn_alike(tiny_
   assert views[2] != views[0]
 
 
+class InLine:
+  """A head start's schedule without the thread: each call runs when started."""
+
+  def start(self, fn):
+    fn()
+
+  def settle(self):
+    pass
+
+  def close(self):
+    pass
+
+
+def test_a_head_start_beside_the_update_draws_what_it_draws_in_line(tiny_setup):
+  # With a device group of its own the engine finishes batch s + 1 on its
+  # worker thread while the update runs. What it draws depends only on the
+  # adapters it started with: head starts run in line, with no thread and
+  # no overlap, draw the same tokens.
+  mesh, actor, tokenizer, engine = tiny_setup
+  stops = [uneven_stop(engine, mesh)]
+  group = own_group()
+  original = jax.tree.map(lambda x: x, nnx.state(actor, nnx.LoRAParam))
+  runs = []
+  try:
+    for in_line in (False, True):
+      nnx.update(actor, original)
+      own = with_slots(engine, actor, tokenizer, group, 3)
+      if in_line:
+        own.background = InLine()
+
+      def update(step, own=own):  # the trainer's update on its device, then the sync
+        del step
+        nnx.update(actor, jax.tree.map(lambda x: x * 1.01, nnx.state(actor, nnx.LoRAParam)))
+        own.update_params(nnx.state(actor, nnx.LoRAParam), (nnx.LoRAParam,))
+
+      runs.append(run(own, group, range(5), 1, stops, update=update))
+  finally:
+    nnx.update(actor, original)
+  threaded, in_line = runs
+  for a, b in zip(threaded, in_line):
+    assert [t.tolist() for t in a.out.tokens] == [t.tolist() for t in b.out.tokens]
+    for got, expected in zip(a.out.logprobs, b.out.logprobs):
+      np.testing.assert_array_equal(got, expected)
+  # One step off: every token of batch s >= 1 was drawn by step s - 1's policy.
+  assert [o.metrics["rollout/staleness_mean"][0] for o in threaded] == [0, 1, 1, 1, 1]
+  assert all(o.metrics["rollout/newer_policy_token_frac"][0] == 0 for o in threaded)
+  assert all(o.metrics["rollout/head_start_seconds"][0] > 0 for o in threaded[1:])
+
+
 def test_lookahead_peeks_without_taking():
   lookahead = run_ahead.Lookahead(iter(range(4)))
   assert lookahead.peek(1) == 1 and lookahead.peek(0) == 0
@@ -196,3 +249,41 @@ def test_two_processes_run_ahead_with_one_view_of_the_samples_in_flight(tmp_path
   for key in ("rewards/train/prompt_code", "rewards/train/vowel_share"):
     assert [r[key] for r in two[:2]] == [r[key] for r in one[:2]], key
   assert [r["rewards/train/prompt_code"] for r in two] == [r["rewards/train/prompt_code"] for r in one]
+
+
+@pytest.mark.slow
+def test_a_rollout_group_of_its_own_runs_one_step_off_and_evaluates_each_update(tmp_path, whole):
+  # 8 simulated devices: the rollout on the first 4, the update and the
+  # reference on the other 4. Each step's batch was finished on the rollout's
+  # group while the previous update ran (the head start, run_ahead.py).
+  workdir = tmp_path / "split"
+  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
+                  "--config.train.max_steps=3", *AHEAD, "--config.mesh.rollout_devices=4",
+                  "--config.eval.every_steps=3"], devices=8)
+  assert ("the rollout on 4, mesh {'fsdp': 4, 'tp': 1}; the update and reference on 4,"
+          " mesh {'fsdp': 4, 'tp': 1}") in proc.stderr
+  split = [r for r in metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
+           if "rewards/train/sum" in r]
+  one = metrics.read_jsonl(whole[0] / "tensorboard" / "metrics.jsonl")
+  assert [r["rollout/train/staleness_mean"] for r in split] == [0, 1, 1]
+  assert [r["rollout/train/head_start_seconds"] > 0 for r in split] == [False, True, True]
+  # The batches of one process on one mesh, in its order; step 1's samples
+  # are drawn alike (one policy, sampled before any update).
+  assert [r["rewards/train/prompt_code"] for r in split] == [r["rewards/train/prompt_code"] for r in one]
+  assert split[0]["rewards/train/vowel_share"] == one[0]["rewards/train/vowel_share"]
+  # The eval after the last update ran on the rollout's group, between the
+  # update and the sync: it must see that update's adapters. The eval
+  # command, on one device from the checkpoint, writes the same completions.
+  own = [json.loads(line) for line in
+         (workdir / "eval" / "step_000003" / scoring.SAMPLES_FILE).read_text().splitlines()]
+  heldout = tmp_path / "heldout.jsonl"
+  heldout.write_text("".join(
+      json.dumps({"question": s["question"], "answer": f"#### {s['gold']}"}) + "\n" for s in own))
+  out = tmp_path / "cli"
+  run_cli(["eval", "--workdir", str(workdir), "--data", str(heldout), "--num-test", str(len(own)),
+           "--batch-size", str(len(own)), "--max-new-tokens", "16", "--out", str(out)])
+  cli = [json.loads(line) for line in (out / scoring.SAMPLES_FILE).read_text().splitlines()]
+  assert [s["completion"] for s in cli] == [s["completion"] for s in own]
+  start = [json.loads(line)["completion"] for line in
+           (workdir / "eval" / "step_000000" / scoring.SAMPLES_FILE).read_text().splitlines()]
+  assert start != [s["completion"] for s in own]  # the updates changed what it writes

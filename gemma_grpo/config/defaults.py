@@ -50,6 +50,10 @@ def defaults() -> ml_collections.ConfigDict:
   c.mesh = ml_collections.ConfigDict()
   c.mesh.fsdp = -1  # devices on the fsdp axis; -1 fills what tp leaves
   c.mesh.tp = 1  # devices on the tensor-parallel axis; -1 fills the rest
+  # Devices of a group of the rollout's own (the first N): it decodes the next
+  # batch while the others update (needs rollout.max_staleness >= 1); each
+  # group keeps mesh.tp and fills fsdp. 0 = every program on one mesh.
+  c.mesh.rollout_devices = 0
 
   c.lora = ml_collections.ConfigDict()
   c.lora.rank = 32  # r

@@ -77,6 +77,7 @@ class MeshSettings:
 
   fsdp: int  # devices on the fsdp axis; -1 fills what tp leaves
   tp: int  # devices on the tensor-parallel axis; -1 fills the rest
+  rollout_devices: int = 0  # devices of the rollout's own group; 0 = one mesh for all
 
 
 @_settings

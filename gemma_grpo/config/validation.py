@@ -298,16 +298,25 @@ def _leaves(node: ml_collections.ConfigDict, prefix: str):
       yield f"{prefix}{key}", node[key]
 
 
-def _mesh_problems(mesh: ml_collections.ConfigDict, num_devices: int | None) -> list[str]:
+def _mesh_problems(mesh: ml_collections.ConfigDict, max_staleness: int,
+                   num_devices: int | None) -> list[str]:
   """The axis sizes always; with `num_devices`, whether they fill the devices."""
   p = derived.mesh_size_problems(mesh)
+  n = mesh.rollout_devices
+  _check(p, n >= 0, f"mesh.rollout_devices={n}: must be >= 0 (0 = one mesh for every program)")
+  if n > 0:
+    _check(p, max_staleness >= 1, f"mesh.rollout_devices={n} decodes the next batch while the update runs, which needs rollout.max_staleness >= 1; set --config.rollout.max_staleness=1")
+    _check(p, mesh.fsdp == -1, f"mesh.rollout_devices={n}: each group fills fsdp with its own devices; set --config.mesh.fsdp=-1")
   if p or num_devices is None:
     return p
   try:
-    derived.mesh_shape(mesh, num_devices)
+    _, tp = derived.mesh_shape(mesh, num_devices)
+    if n > 0:
+      _check(p, 0 < n < num_devices, f"mesh.rollout_devices={n}: must be between 1 and {num_devices - 1} of the {num_devices} devices (the rest run the update)")
+      _check(p, n % tp == 0 and (num_devices - n) % tp == 0, f"mesh.rollout_devices={n}: each group ({n} and {num_devices - n} devices) must be a multiple of mesh.tp={tp}; choose a multiple of {tp}")
   except errors.UserError as e:
     return [str(e)]
-  return []
+  return p
 
 
 def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> None:
@@ -333,6 +342,6 @@ def validate(c: ml_collections.ConfigDict, num_devices: int | None = None) -> No
   p += _sft_problems(c.sft, c.rollout.max_prompt_length)
   p += _log_problems(c.log)
   p += _seed_problems(c)
-  p += _mesh_problems(c.mesh, num_devices)
+  p += _mesh_problems(c.mesh, c.rollout.max_staleness, num_devices)
   if p:
     raise errors.UserError("\n".join(p))

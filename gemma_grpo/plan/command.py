@@ -10,10 +10,10 @@ bound and MFU bound, and a verdict. Exit codes: 0 fits; 2 bad input, or it
 does not fit (one `error:` line naming the program, the bytes and a fix).
 `--topology cpu` plans for this machine's own devices, whose figures must be
 given (`--cpu-flops`, `--cpu-bandwidth`; bench/roofline.py measures them).
-`--rollout-devices N` also predicts a layout the trainer does not run yet:
-the rollout on N devices and the update on the rest, one step apart
-(split.py), and prints its step bound beside the shared layout's (exit 2
-if a group does not fit).
+`--rollout-devices N` also predicts the split layout the trainer runs with
+`--config.mesh.rollout_devices=N`: the rollout on N devices and the update
+on the rest, one step apart (split.py), and prints its step bound beside the
+shared layout's (exit 2 if a group does not fit).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--cpu-memory", type=float, help="bytes a CPU device may use (default: all RAM)")
   parser.add_argument("--rollout-devices", type=int, default=0, metavar="N",
                       help="also predict the rollout on N devices and the update on the rest,"
-                           " samples one update old (a layout the trainer does not run yet)")
+                           " samples one update old (the trainer's mesh.rollout_devices=N)")
   return parser
 
 
@@ -147,7 +147,7 @@ def _split(c: settings.Settings, topology, shared, groups, screen: str, args, va
   except split.GroupDoesNotFit as e:
     if args.json:
       _write(args.json, values | {"split": {
-          "runs_in_trainer": False, "fits": False, "rollout_devices": args.rollout_devices,
+          "runs_in_trainer": True, "fits": False, "rollout_devices": args.rollout_devices,
           "overflow": {"group": e.group, "program": e.cause.program, "needed_bytes": e.cause.needed}}})
     raise errors.UserError(f"split layout does not fit on {topology.name}: {e}") from None
   return layout

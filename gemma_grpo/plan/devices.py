@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 
-import jax
-import numpy as np
 
 from gemma_grpo.config import settings
 from gemma_grpo import config as config_lib
@@ -47,7 +45,4 @@ def for_topology(t: chips.Topology) -> list:
 
 def mesh_for(c: settings.MeshSettings, devices: list):
   """The config's (fsdp, tp) mesh over `devices`, with Auto axes as in training."""
-  shape = config_lib.mesh_shape(c, len(devices))
-  return jax.make_mesh(shape, mesh_lib.AXES,
-                       axis_types=(jax.sharding.AxisType.Auto,) * len(mesh_lib.AXES),
-                       devices=np.asarray(devices))
+  return mesh_lib.mesh_over(config_lib.mesh_shape(c, len(devices)), devices)

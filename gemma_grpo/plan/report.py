@@ -61,8 +61,8 @@ def render_split(s: split_lib.Split) -> str:
   r, u = s.rollout, s.update
   lines = [
       "",
-      (f"split layout: rollout on {r.devices} devices, update on {u.devices} (a prediction:"
-       " the trainer does not run this layout yet)"),
+      (f"split layout: rollout on {r.devices} devices, update on {u.devices} (a prediction of"
+       f" the trainer's --config.mesh.rollout_devices={r.devices} --config.rollout.max_staleness=1)"),
       f"assumes {split_lib.ASSUMES}",
   ]
   for group, p in (("rollout", r), ("update", u)):

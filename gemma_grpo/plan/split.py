@@ -1,14 +1,14 @@
 """A predicted split layout: the rollout on some of the slice's devices, the update on the rest.
 
-The trainer runs every program on every device, one after another. If the
-rollout (prefill, decode) ran on a group of its own, and the update and
+By default the trainer runs every program on every device, one after
+another. With mesh.rollout_devices = N and rollout.max_staleness = 1 it runs
+the rollout (prefill, decode) on a group of its own and the update and
 reference pass on the other group, each group working on a different step
-(one-step-off: step t's samples come from the adapters of update t - 1, so
-staleness 1), a step would take as long as the slower group plus sending the
-new LoRA adapters across; the full weights never move. The trainer does not
-run this layout yet (it needs asynchronous GRPO that tolerates stale
-samples): this module only predicts it, from each group's programs compiled
-on a mesh of its own devices.
+(one-step-off: step t's samples come from the adapters of update t - 1;
+rl/run/run_ahead.py's head start): a step then takes as long as the slower
+group plus sending the new LoRA adapters across; the full weights never
+move. This module predicts that step from each group's programs compiled on
+a mesh of its own devices.
 
 Each group's mesh keeps the slice's tp and puts its other devices on fsdp.
 The chip table has no interconnect bandwidth, so the adapter transfer is
@@ -24,8 +24,8 @@ import dataclasses
 from gemma_grpo import errors
 from gemma_grpo.config import settings
 from gemma_grpo.plan import chips
-from gemma_grpo.plan import devices as devices_lib
 from gemma_grpo.plan import planner
+from gemma_grpo.runtime import mesh as mesh_lib
 
 ROLLOUT = ("prefill", "decode")
 UPDATE = ("update", "reference")
@@ -85,7 +85,7 @@ class Split:
 
   def to_json(self) -> dict:
     return {
-        "runs_in_trainer": False,
+        "runs_in_trainer": True,
         "assumes": ASSUMES,
         "transfer_assumption": TRANSFER,
         "rollout_devices": self.rollout.devices,
@@ -105,24 +105,10 @@ class Split:
 
 
 def meshes(devices: list, rollout_devices: int, tp: int):
-  """(rollout mesh, update mesh): the first `rollout_devices` devices and the rest.
-
-  Each keeps the slice's resolved `tp`, whatever fsdp the config names, and
-  fills fsdp with its other devices. Raises a one-line UserError when the
-  groups cannot be formed.
-  """
-  n, total = rollout_devices, len(devices)
-  if total < 2:
-    raise errors.UserError(f"--rollout-devices {n}: a split needs at least 2 devices;"
-                           f" this slice has {total}")
-  if not 0 < n < total:
-    raise errors.UserError(f"--rollout-devices {n}: must be between 1 and {total - 1} on this"
-                           f" slice's {total} devices (the rest run the update)")
-  if n % tp or (total - n) % tp:
-    raise errors.UserError(f"--rollout-devices {n}: each group ({n} and {total - n} devices) must"
-                           f" be a multiple of mesh.tp={tp}; choose a multiple of {tp}")
-  group = settings.MeshSettings(fsdp=-1, tp=tp)
-  return devices_lib.mesh_for(group, devices[:n]), devices_lib.mesh_for(group, devices[n:])
+  """(rollout mesh, update mesh): the first `rollout_devices` devices and the
+  rest, each keeping the slice's resolved `tp` (as the trainer splits them:
+  runtime/mesh.split_meshes); a one-line UserError when they cannot be formed."""
+  return mesh_lib.split_meshes(devices, rollout_devices, tp, option="--rollout-devices ")
 
 
 def plan(c: settings.Settings, topology: chips.Topology, shared: planner.Plan, groups,

@@ -1,4 +1,5 @@
-"""The (fsdp, tp) device mesh over every device of every process."""
+"""The (fsdp, tp) device mesh over every device of every process, or two
+meshes over two groups of them (mesh.rollout_devices)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 from absl import logging
 from flax import nnx
 import jax
+import numpy as np
 
 from gemma_grpo import config as config_lib
 from gemma_grpo import errors
@@ -22,16 +24,58 @@ def make_mesh(mesh: settings.MeshSettings):
   axes; jax 0.10 defaults to Explicit.
   """
 
-  shape = config_lib.mesh_shape(mesh, jax.device_count())
-  made = jax.make_mesh(
-      shape, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES)
-  )
+  made = mesh_over(config_lib.mesh_shape(mesh, jax.device_count()), jax.devices())
   logging.info(
       "process %d/%d: %d local of %d devices (%s), mesh %s",
       jax.process_index(), jax.process_count(), jax.local_device_count(),
       jax.device_count(), jax.devices()[0].platform, dict(made.shape),
   )
   return made
+
+
+def mesh_over(shape: tuple[int, int], devices):
+  """An (fsdp, tp) mesh of `shape` over `devices`, with Auto axes as in make_mesh."""
+  return jax.make_mesh(shape, AXES, axis_types=(jax.sharding.AxisType.Auto,) * len(AXES),
+                       devices=np.asarray(devices))
+
+
+def split_meshes(devices: list, rollout_devices: int, tp: int, *, option: str):
+  """(rollout mesh, update mesh): the first `rollout_devices` devices and the rest.
+
+  Each keeps `tp` and fills fsdp with its other devices. `option` names the
+  setting in the one-line UserError raised when the groups cannot be formed.
+  """
+  n, total = rollout_devices, len(devices)
+  if total < 2:
+    raise errors.UserError(f"{option}{n}: a split needs at least 2 devices; there are {total}")
+  if not 0 < n < total:
+    raise errors.UserError(f"{option}{n}: must be between 1 and {total - 1} of the {total}"
+                           " devices (the rest run the update)")
+  if n % tp or (total - n) % tp:
+    raise errors.UserError(f"{option}{n}: each group ({n} and {total - n} devices) must be a"
+                           f" multiple of mesh.tp={tp}; choose a multiple of {tp}")
+  return (mesh_over((n // tp, tp), devices[:n]),
+          mesh_over(((total - n) // tp, tp), devices[n:]))
+
+
+def make_meshes(mesh: settings.MeshSettings):
+  """(update mesh, rollout mesh) for training: one mesh twice, or with
+  mesh.rollout_devices = N the first N devices for the rollout and the rest
+  for the update and reference passes."""
+  if not mesh.rollout_devices:
+    made = make_mesh(mesh)
+    return made, made
+  if jax.process_count() > 1:
+    raise errors.UserError(
+        f"mesh.rollout_devices={mesh.rollout_devices} runs in one process for now, not"
+        f" {jax.process_count()}; set --config.mesh.rollout_devices=0")
+  _, tp = config_lib.mesh_shape(mesh, jax.device_count())
+  rollout, update = split_meshes(jax.devices(), mesh.rollout_devices, tp,
+                                 option="mesh.rollout_devices=")
+  logging.info("%d devices (%s): the rollout on %d, mesh %s; the update and reference on %d,"
+               " mesh %s", jax.device_count(), jax.devices()[0].platform, rollout.size,
+               dict(rollout.shape), update.size, dict(update.shape))
+  return update, rollout
 
 
 def shard_model(model, mesh):

@@ -93,7 +93,8 @@ class CarryOver:
              rollout_config: base_rollout.RolloutConfig, *,
              must_finish: Callable[[Hashable], bool], admit: bool = True) -> Decoded:
     """Admits `prompts` (sample ids `ids`; none if not `admit`) and decodes
-    until a slot idles and every carried sample that `must_finish` has ended.
+    until a slot idles and every sample that `must_finish` names, carried or
+    admitted now, has ended.
 
     `prompts` are equal-length runs (groups), as generate()'s; every call
     must have as many, with the group size, prompt width and sampling rule
@@ -127,7 +128,8 @@ class CarryOver:
         with_logps=call.with_logps, screen_width=call.screen_width, slots=self._slots,
         rows_per_prompt=call.rows_per_prompt)
     admit_N = np.full(len(prompts), admit)
-    out = fn(*args, self._state, finish_S, admit_N, **kwargs)
+    finish_new_N = np.array([admit and bool(must_finish(i)) for i in ids])
+    out = fn(*args, self._state, finish_S, admit_N, finish_new_N, **kwargs)
     tokens_NxT, logps_NxT, full_heads, steps, refills, sample_S, self._state = out
     self._state = self._placed(self._state)
     tokens_NxT, logps_NxT, full_heads, steps, refills, sample_S = jax.device_get(

@@ -20,7 +20,8 @@ a call: the call starts with the samples the last one left in its slots, at
 their own completion slots, with their own caches, prompt slots and keys,
 and stops as soon as a slot would idle with no sample waiting, leaving its
 unfinished samples in the slots for the next call, except the samples
-marked `finish_S`, which it decodes to their end. Between calls the adapters
+marked `finish_S` (carried) or `finish_new_N` (new), which it decodes to
+their end. Between calls the adapters
 may change: a carried sample's later tokens come from the newer policy (its
 log-probs say which).
 
@@ -190,7 +191,8 @@ def start_samples(seats: Seats, queue: Queue) -> tuple[Seats, jax.Array]:
                                              "screen_width", "slots", "rows_per_prompt"))
 def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, first_logp_N,
                  prompt_cache, next_position_N, valid_UxP, stop_ids, next_state_SxV, rng,
-                 carried=None, finish_S=None, admit_N=None, *, shapes, new_tokens,
+                 carried=None, finish_S=None, admit_N=None, finish_new_N=None, *, shapes,
+                 new_tokens,
                  sampling, with_logps, screen_width, slots, rows_per_prompt):
   """lockstep.decode's tokens for N samples, decoded in `slots` rows.
 
@@ -208,7 +210,7 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
   carried slots' and S + n for new sample n; only the new ones whose
   `admit_N` is set take slots, after the carried ones; and the loop stops
   once a slot idles with no sample waiting and every carried sample marked
-  in `finish_S` has ended.
+  in `finish_S`, and every new one marked in `finish_new_N`, has ended.
 
   Returns ([N, T] tokens, zeros after a stop; [N, T] or [N, 1] log-probs;
   unproved screen steps; decode steps run; samples started after the first
@@ -238,8 +240,9 @@ def decode_slots(weights, embed_VxD, head_VxD, screen, final_norm_D, first_N, fi
     if first_state_N is not None:
       first_state_N = jnp.concatenate([carried.text_state_S.astype(first_state_N.dtype),
                                        first_state_N])
-    finish_N = jnp.concatenate([finish_S & carried.live_S,
-                                jnp.zeros(first_N.shape[0], bool)])
+    finish_N = jnp.concatenate([
+        finish_S & carried.live_S,
+        jnp.zeros(first_N.shape[0], bool) if finish_new_N is None else finish_new_N & live_N[slots:]])
   samples = live_N.shape[0]
   queue_N = jnp.argsort(~live_N, stable=True)  # live samples first, in index order
   num_live = jnp.sum(live_N)

@@ -63,11 +63,13 @@ from tunix.rl.rollout import base_rollout
 from gemma_grpo import config as config_lib
 from gemma_grpo.model import gemma3_rl
 from gemma_grpo.model import tokenizer as tokenizer_lib
+from gemma_grpo.rl.engine import background as background_lib
 from gemma_grpo.rl.engine import continuous
 from gemma_grpo.rl.engine import decode_layers
 from gemma_grpo.rl.engine import lm_head_screen
 from gemma_grpo.rl.engine import lockstep
 from gemma_grpo.rl.engine import multi_turn
+from gemma_grpo.rl.engine import placement
 from gemma_grpo.rl.engine import sampling as sampling_lib
 from gemma_grpo.rl.engine import stop_text as stop_text_lib
 from gemma_grpo.runtime import distributed
@@ -178,7 +180,9 @@ class GroupedRollout(base_rollout.BaseRollout):
       rollout_actor: the policy, a gemma3_rl.Gemma3 (LoRA applied or not): the
         trainer's own module, so every rollout samples the current weights.
       tokenizer: the checkpoint's tokenizer, or Tunix's TokenizerAdapter of it.
-      mesh: the mesh the policy lives on.
+      mesh: the engine's mesh: the policy's, or a device group of its own
+        (mesh.rollout_devices), where it then decodes a copy of the policy
+        (placement.py) and `background` may run its work beside the update.
       rollout_config: unused (Tunix's signature); each generate() call brings its own.
       lora_scale: alpha / r, the factor of the adapters merged before decoding.
       decode_dtype: rollout.decode_dtype, one of config.DECODE_DTYPES: the
@@ -205,7 +209,9 @@ class GroupedRollout(base_rollout.BaseRollout):
       # Converting would make a second module that the trainer never updates.
       raise TypeError(
           f"GroupedRollout needs a gemma_grpo.model.gemma3_rl.Gemma3, got {type(rollout_actor)}")
-    self._model = rollout_actor
+    self.holds_own_weights = mesh is not None and not placement.lives_on(rollout_actor, mesh)
+    self._model = placement.copy_to(rollout_actor, mesh) if self.holds_own_weights else rollout_actor
+    self.background = background_lib.Worker()
     if not isinstance(tokenizer, tokenizer_adapter.TokenizerAdapter):
       tokenizer = tokenizer_adapter.TokenizerAdapter(tokenizer)
     self._tokenizer = tokenizer
@@ -257,6 +263,7 @@ class GroupedRollout(base_rollout.BaseRollout):
   def generate(self, prompts: list[str], rollout_config: base_rollout.RolloutConfig,
                **kwargs) -> base_rollout.RolloutOutput:
     del kwargs
+    self.background.settle()
     call = self.prepare(prompts, rollout_config)
     slots = min(self._slots, len(prompts))
     fn, args, kwargs = self.prefill_call(call.prompt_ids_UxP, call.rng,
@@ -460,9 +467,14 @@ class GroupedRollout(base_rollout.BaseRollout):
         pad_id=self.pad_id(), eos_id=self.eos_id(), stop_gradient=True, return_logits=False)
 
   def update_params(self, params, filter_types=None) -> None:
-    # The engine reads the actor's live state at every generate(); this only
-    # matters when the cluster hands it weights held elsewhere.
-    nnx.update(self._model, params)
+    # On the policy's own mesh the engine reads the actor's live state at every
+    # generate(); this only matters for a copy of its own (placement.send).
+    del filter_types
+    self.background.settle()  # a call in flight decodes under the adapters it started with
+    if self.holds_own_weights:
+      placement.send(params, self._model)
+    else:
+      nnx.update(self._model, params)
 
   def pad_id(self) -> int:
     return self._tokenizer.pad_id()

@@ -88,11 +88,34 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
 
   def sync_weights(self):
     """Tunix's sync (when rollout and actor do not share a model), no anchor."""
-    filter_types = (nnx.LoRAParam,)
-    self.rollout.update_params(nnx.state(self.actor_trainer.model, filter_types), filter_types)
+    self.send_adapters()
     # Steps count optimizer updates (grpo.num_iterations of them per batch),
     # so a batch's metrics land on the step of its first update.
     self.global_steps = self.actor_trainer.train_steps
+
+
+  def send_adapters(self) -> None:
+    """The actor's LoRA adapters to the engine: all a copy of its own needs
+    (mesh.rollout_devices); the frozen base never moves."""
+    filter_types = (nnx.LoRAParam,)
+    self.rollout.update_params(nnx.state(self.actor_trainer.model, filter_types), filter_types)
+
+  @property
+  def engine_holds_own_weights(self) -> bool:
+    """Whether the rollout decodes a copy on a device group of its own."""
+    return isinstance(self.rollout, rollout.GroupedRollout) and self.rollout.holds_own_weights
+
+  def generate(self, prompts, *args, mode=rl_cluster_lib.Mode.TRAIN, **kwargs):
+    if mode == rl_cluster_lib.Mode.EVAL and self.engine_holds_own_weights:
+      # An eval runs from the trainer's hooks, after the update and before
+      # Tunix's sync: it must see the policy that update made.
+      self.send_adapters()
+    return super().generate(prompts, *args, mode=mode, **kwargs)
+
+  def close(self):
+    if isinstance(self.rollout, rollout.GroupedRollout):
+      self.rollout.background.close()  # the last head start (run_ahead.py) ends here
+    super().close()
 
 
 # --- The cluster's configuration, from a validated config ----------------------
@@ -174,12 +197,14 @@ def training_config(c: settings.Settings, workdir, writer):
 
 
 def cluster_config(c: settings.Settings, mesh, workdir, writer,
-                   stop_token_ids: list[int]):
-  """Tunix's ClusterConfig: actor, reference and rollout on one mesh."""
+                   stop_token_ids: list[int], rollout_mesh=None):
+  """Tunix's ClusterConfig: actor and reference on `mesh`, the rollout on
+  `rollout_mesh` (mesh.rollout_devices) or the same mesh."""
   training = training_config(c, workdir, writer)
   roles = rl_cluster_lib.Role
   return rl_cluster_lib.ClusterConfig(
-      role_to_mesh={roles.ACTOR: mesh, roles.REFERENCE: mesh, roles.ROLLOUT: mesh},
+      role_to_mesh={roles.ACTOR: mesh, roles.REFERENCE: mesh,
+                    roles.ROLLOUT: mesh if rollout_mesh is None else rollout_mesh},
       rollout_engine=rollout_engine(c.rollout, c.lora),
       offload_to_cpu=False,
       training_config=training,

@@ -17,6 +17,15 @@ on. So:
   (the behaviour policy: PPO's ratio, or TIS's weight with grpo.tis_cap);
   no token is ever more than k updates old, and the step checks it;
 - batch j is sampled with lockstep step j's key;
+- with a device group of its own (mesh.rollout_devices; the engine decodes
+  a copy of the policy there), step s hands its batch, already finished, to
+  the update, and the rollout's call for step s + 1 (admit batch s + k,
+  finish batch s + 1) runs on the engine's worker thread under step s's
+  adapters while the other group updates (the head start). Each step then
+  waits only for whichever group is slower. What a head start draws depends
+  only on those adapters, not on how the groups' times compare: the sync
+  before step s + 1 waits for it to end. With k = 1 every token of batch
+  s + 1 comes from step s's policy: verl's one-step-off schedule;
 - in a run of several processes, every process holds the same samples in
   flight: each runs the same calls on replicated state, and each step checks
   that their views agree (a digest of ids, policy versions and tokens)
@@ -24,7 +33,8 @@ on. So:
 
 Metrics (rollout/*): staleness of the batch's tokens (mean, max; in
 updates), the share of tokens drawn after their sample's first call (under
-newer adapters), the samples left in flight, and occupancy as in lockstep.
+newer adapters), the samples left in flight, occupancy as in lockstep, and
+the seconds of the head start that ran beside the previous update.
 """
 
 from __future__ import annotations
@@ -91,9 +101,20 @@ class RunAhead:
   """Each step's rollout, k batches ahead; see the module docstring."""
 
   def __init__(self, engine: rollout_lib.GroupedRollout, lookahead: Lookahead, *,
-               max_staleness: int, num_generations: int, rollout_key):
+               max_staleness: int, num_generations: int, rollout_key,
+               last_step: int | None = None, head_start: bool | None = None):
+    """`last_step`: batches after it are never trained (no head start for
+    them); `head_start`: whether each step's head start runs, on the engine's
+    worker thread (None: where the engine holds weights of its own)."""
     if max_staleness < 1:
       raise ValueError(f"max_staleness={max_staleness}: running ahead needs >= 1")
+    self._engine = engine
+    self._head_start = engine.holds_own_weights if head_start is None else head_start
+    if self._head_start and not engine.holds_own_weights:
+      # On the trainer's own module the update would donate the arrays it decodes with.
+      raise ValueError("a head start needs an engine with weights of its own (mesh.rollout_devices)")
+    self._last_step = last_step
+    self._ahead: list = []  # (seconds, stats) of the head start that ran beside the last update
     self._carry = carry_over.CarryOver(engine, engine.slots)
     self._lookahead = lookahead
     self._k = max_staleness
@@ -126,19 +147,27 @@ class RunAhead:
     """Batch `step`'s completions (its rows `prompts`: each problem's G copies).
 
     `version`: the updates done so far. A step whose batch is not in flight
-    (the first, or the first after a resume) admits it and the k after it.
+    (the first, or the first after a resume) admits it and the k after it
+    (k - 1 with a head start, whose call admits the k-th).
     """
+    self._engine.background.settle()  # the head start (already settled by the sync)
     start = time.perf_counter()
     stats = []
+    ahead_seconds = 0.0
+    if self._ahead:
+      ahead_seconds, ahead_stats = self._ahead.pop()
+      stats.append(ahead_stats)
     if step not in self._batches:  # nothing read ahead yet: start the pipeline here
       self._carry.drop()
       self._batches.clear()
+      self._ahead.clear()
       self._next = step
     elif self._batches[step].prompts != prompts:
       raise RuntimeError(
           f"rollout.max_staleness: step {step}'s batch is not the one read ahead for it;"
           " the trainer read its data out of order: set --config.rollout.max_staleness=0")
-    while self._next <= step + self._k:
+    # With a head start, batch step + k is admitted by the head start after this call.
+    while self._next <= step + self._k - int(self._head_start):
       j = self._next
       batch = prompts if j == step else self._peek(j - step - 1)
       if batch is None:
@@ -155,8 +184,37 @@ class RunAhead:
           self.in_flight(), "set --config.rollout.max_staleness=0 and report it")
     batch = self._batches.pop(step)
     assert len(batch.finished) == len(prompts), (step, len(batch.finished))
-    return StepRollout(self._output(batch), time.perf_counter() - start, stats,
-                       self._metrics(batch, version))
+    metrics = self._metrics(batch, version)
+    seconds = time.perf_counter() - start
+    if self._head_start:
+      metrics["rollout/head_start_seconds"] = (ahead_seconds, np.mean)
+      self._start_head_start(step, rollout_config, version)
+    return StepRollout(self._output(batch), seconds + ahead_seconds, stats, metrics)
+
+  def _start_head_start(self, step: int, rollout_config, version: int) -> None:
+    """Step s + 1's call, started on the engine's worker under `version`'s
+    adapters: admits batch step + k (if the data has one) and finishes
+    batch step + 1."""
+    due = step + 1
+    if self._last_step is not None and due >= self._last_step:
+      return  # never trained
+    j = self._next
+    # Read here, on the trainer's data thread, not on the worker.
+    batch = self._peek(j - step - 1)
+    admit = batch is not None
+    if admit:
+      self._next += 1
+    elif due in self._batches:  # the data ended: finish what is in flight
+      j, batch = due, self._batches[due].prompts
+    else:
+      return
+
+    def head_start():
+      begin = time.perf_counter()
+      decoded = self._call(j, batch, rollout_config, version, due=due, admit=admit)
+      self._ahead.append((time.perf_counter() - begin, decoded.stats))
+
+    self._engine.background.start(head_start)
 
   def in_flight(self) -> str:
     """The samples in flight, as text: which batches, drawn by which policies,

@@ -159,7 +159,8 @@ def _train(c: settings.Settings, start: Start, stop: guards.StopSignal) -> int:
       run_ahead=run_ahead.RunAhead(
           cluster.rollout, lookahead, max_staleness=c.rollout.max_staleness,
           num_generations=c.grpo.num_generations,
-          rollout_key=jax.random.PRNGKey(c.rollout.seed)) if c.rollout.max_staleness else None,
+          rollout_key=jax.random.PRNGKey(c.rollout.seed),
+          last_step=c.train.max_steps) if c.rollout.max_staleness else None,
   )
   # Steps count updates: align Tunix's step counter with the restored one.
   cluster.global_steps = trainer.train_steps
@@ -224,7 +225,7 @@ def _build(c: settings.Settings, start: Start, phases: console.Phases,
            is_chief: bool) -> _Parts:
   """Model, LoRA policy, data and the RL cluster, each phase with its line."""
   work = start.work
-  mesh = mesh_lib.make_mesh(c.mesh)
+  mesh, rollout_mesh = mesh_lib.make_meshes(c.mesh)  # one mesh twice unless mesh.rollout_devices
   loaded = policy_lib.load_base(c.model, mesh)
   phases.done(f"model: {c.model.source} loaded ({c.model.dtype})")
   actor = lora.apply(loaded.model, c.lora, mesh)
@@ -245,7 +246,7 @@ def _build(c: settings.Settings, start: Start, phases: console.Phases,
         actor=actor,
         reference=loaded.model,
         tokenizer=loaded.tokenizer,
-        cluster_config=cluster_lib.cluster_config(c, mesh, work, writer, stop_ids),
+        cluster_config=cluster_lib.cluster_config(c, mesh, work, writer, stop_ids, rollout_mesh),
     )
   except ValueError as e:
     writer.close()
