@@ -164,6 +164,8 @@ def test_running_ahead_is_checked_in_one_line_naming_the_fix(tiny, overrides, ne
     (dict(mesh=dict(fsdp=4)), 8,
      "mesh.rollout_devices=4: each group fills fsdp with its own devices; set --config.mesh.fsdp=-1"),
     ({}, 4, "mesh.rollout_devices=4: must be between 1 and 3 of the 4 devices (the rest run the update)"),
+    ({}, 1, "mesh.rollout_devices=4: a split needs at least 2 devices; there is 1:"
+            " set --config.mesh.rollout_devices=0"),
     (dict(mesh=dict(tp=2, rollout_devices=3)), 8,
      "mesh.rollout_devices=3: each group (3 and 5 devices) must be a multiple of mesh.tp=2;"
      " choose a multiple of 2"),
