@@ -252,25 +252,34 @@ def test_two_processes_run_ahead_with_one_view_of_the_samples_in_flight(tmp_path
 
 
 @pytest.mark.slow
-def test_a_rollout_group_of_its_own_runs_one_step_off_and_evaluates_each_update(tmp_path, whole):
+def test_a_rollout_group_of_its_own_runs_one_step_off_resumes_and_evaluates_each_update(tmp_path,
+                                                                                     whole):
   # 8 simulated devices: the rollout on the first 4, the update and the
   # reference on the other 4. Each step's batch was finished on the rollout's
   # group while the previous update ran (the head start, run_ahead.py).
   workdir = tmp_path / "split"
-  proc = run_cli(["train", "--config", "configs/tiny.py", "--workdir", str(workdir),
-                  "--config.train.max_steps=3", *AHEAD, "--config.mesh.rollout_devices=4",
-                  "--config.eval.every_steps=3"], devices=8)
+  split = ["train", "--config", "configs/tiny.py", "--workdir", str(workdir), *AHEAD,
+           "--config.mesh.rollout_devices=4", "--config.eval.every_steps=3"]
+  proc = run_cli([*split, "--config.train.max_steps=2"], devices=8)
   assert ("the rollout on 4, mesh {'fsdp': 4, 'tp': 1}; the update and reference on 4,"
           " mesh {'fsdp': 4, 'tp': 1}") in proc.stderr
-  split = [r for r in metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
-           if "rewards/train/sum" in r]
+  assert "Resuming from step 2" in run_cli([*split, "--config.train.max_steps=3"], devices=8).stderr
+  rows = [r for r in metrics.read_jsonl(workdir / "tensorboard" / "metrics.jsonl")
+          if "rewards/train/sum" in r]
   one = metrics.read_jsonl(whole[0] / "tensorboard" / "metrics.jsonl")
-  assert [r["rollout/train/staleness_mean"] for r in split] == [0, 1, 1]
-  assert [r["rollout/train/head_start_seconds"] > 0 for r in split] == [False, True, True]
+  assert [r["step"] for r in rows] == [1, 2, 3]
+  # Step 2 trains a batch drawn whole before update 1. Step 3, the first
+  # after the resume, samples its batch from the restored policy, which the
+  # engine's copy must hold too: its tokens are the policy it updates (ratio 1).
+  assert [r["rollout/train/staleness_mean"] for r in rows] == [0, 1, 0]
+  assert [r["rollout/train/head_start_seconds"] > 0 for r in rows] == [False, True, False]
+  assert rows[2]["actor/train/ratio/min"] == pytest.approx(1.0, abs=1e-5)
+  assert rows[2]["actor/train/ratio/max"] == pytest.approx(1.0, abs=1e-5)
+  assert rows[1]["actor/train/ratio/max"] - rows[1]["actor/train/ratio/min"] > 1e-3
   # The batches of one process on one mesh, in its order; step 1's samples
   # are drawn alike (one policy, sampled before any update).
-  assert [r["rewards/train/prompt_code"] for r in split] == [r["rewards/train/prompt_code"] for r in one]
-  assert split[0]["rewards/train/vowel_share"] == one[0]["rewards/train/vowel_share"]
+  assert [r["rewards/train/prompt_code"] for r in rows] == [r["rewards/train/prompt_code"] for r in one]
+  assert rows[0]["rewards/train/vowel_share"] == one[0]["rewards/train/vowel_share"]
   # The eval after the last update ran on the rollout's group, between the
   # update and the sync: it must see that update's adapters. The eval
   # command, on one device from the checkpoint, writes the same completions.

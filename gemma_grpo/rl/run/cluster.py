@@ -57,6 +57,10 @@ class SharedWeightsCluster(rl_cluster_lib.RLCluster):
     # verl's mini-batches, which share one rollout, rather than Tunix's, each
     # rolled out just before its update.
     tunix_cluster.roll_out_whole_batches(self)
+    if self.engine_holds_own_weights:
+      # Tunix builds the rollout before its trainer restores a checkpoint's
+      # adapters into the actor: the engine's copy must get them too.
+      self.send_adapters()
 
   def update_actor(self, *args, **kwargs):
     # The update is the step's memory peak; start it without the free heap
