@@ -94,7 +94,7 @@ def test_two_processes_train_one_mesh_like_one_process(two_processes_four_steps,
   lines = (workdir / "tensorboard" / "metrics.jsonl").read_text().splitlines()
   assert sorted(json.loads(line)["step"] for line in lines) == [1, 2, 3, 4]
   assert "Plots:" in errs[0] and "Plots:" not in errs[1]
-  assert json.loads((workdir / "config.json").read_text())["mesh"] == {"fsdp": 2, "tp": 2}
+  assert json.loads((workdir / "config.json").read_text())["mesh"] == {"fsdp": 2, "tp": 2, "rollout_devices": 0}
 
   # One device's 2 steps of the same batches at the same constant rate
   # (conftest.BATCH_OF_4). As tests/test_mesh.py: rewards and lengths exact,

@@ -134,5 +134,5 @@ def test_run_preempt_watch_resumes_in_the_bucket_to_the_end(tmp_path, gcs_server
   # Every file of a run is in the bucket, written by process 0.
   assert len(list((work / "tensorboard").glob("events.out.tfevents.*"))) == 2  # one per start
   assert (work / "plots" / "rewards.png").read_bytes()[:4] == b"\x89PNG"
-  assert json.loads((work / "config.json").read_text())["mesh"] == {"fsdp": 2, "tp": 2}
+  assert json.loads((work / "config.json").read_text())["mesh"] == {"fsdp": 2, "tp": 2, "rollout_devices": 0}
   assert (work / "run.json").exists() and not (work / "trainer.lock").exists()
