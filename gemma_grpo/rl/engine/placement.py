@@ -27,10 +27,10 @@ def copy_to(model: nnx.Module, mesh: jax.sharding.Mesh) -> nnx.Module:
   return nnx.merge(graphdef, jax.device_put(state, shardings))
 
 
-def send(params: nnx.State, onto: nnx.Module) -> None:
-  """Writes `params` (a state of the trainer's module) into `onto`, each array
-  moved to where `onto` holds that variable."""
-  target = nnx.state(onto, *_variable_types(params))
+def send(params: nnx.State, onto: nnx.Module, filter_types=None) -> None:
+  """Writes `params` (the trainer's module's state of `filter_types`, all of
+  it if None) into `onto`, each array moved to where `onto` holds that variable."""
+  target = nnx.state(onto, *filter_types) if filter_types else nnx.state(onto)
   shardings = jax.tree.map(lambda x: x.sharding, target)
   nnx.update(onto, jax.device_put(params, shardings))
 
@@ -40,10 +40,3 @@ def _spec(x: jax.Array) -> jax.sharding.PartitionSpec:
   if isinstance(sharding, jax.sharding.NamedSharding):
     return sharding.spec
   return jax.sharding.PartitionSpec()  # single-device or replicated: replicated on the group
-
-
-def _variable_types(params: nnx.State) -> tuple[type, ...]:
-  """The variable types of `params`, to take the same sub-state of another module."""
-  types = {type(v) for v in jax.tree.leaves(params, is_leaf=lambda v: isinstance(v, nnx.Variable))
-           if isinstance(v, nnx.Variable)}
-  return tuple(types) or (nnx.Param,)

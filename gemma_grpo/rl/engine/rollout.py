@@ -469,10 +469,9 @@ class GroupedRollout(base_rollout.BaseRollout):
   def update_params(self, params, filter_types=None) -> None:
     # On the policy's own mesh the engine reads the actor's live state at every
     # generate(); this only matters for a copy of its own (placement.send).
-    del filter_types
     self.background.settle()  # a call in flight decodes under the adapters it started with
     if self.holds_own_weights:
-      placement.send(params, self._model)
+      placement.send(params, self._model, filter_types)
     else:
       nnx.update(self._model, params)
 
