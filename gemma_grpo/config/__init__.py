@@ -30,6 +30,7 @@ from gemma_grpo.config.choices import SCREEN_SETTINGS
 from gemma_grpo.config.defaults import defaults
 from gemma_grpo.config.derived import completions_per_train_step
 from gemma_grpo.config.derived import mesh_shape
+from gemma_grpo.config.derived import split_problems
 from gemma_grpo.config.derived import updates_per_batch
 from gemma_grpo.config.files import load
 from gemma_grpo.config.files import load_saved

@@ -31,6 +31,24 @@ def mesh_size_problems(mesh: settings.MeshSettings) -> list[str]:
   return problems
 
 
+def split_problems(rollout_devices: int, total: int, tp: int, option: str,
+                   unsplit: str = "") -> list[str]:
+  """What keeps `total` devices from splitting into a rollout group of
+  `rollout_devices` and an update group of the rest, each a multiple of `tp`;
+  `option` names the setting ("mesh.rollout_devices=" or "--rollout-devices "),
+  `unsplit` how to do without a split, said where one cannot be made."""
+  n = rollout_devices
+  if total < 2:
+    return [f"{option}{n}: a split needs at least 2 devices; there is {total}{unsplit}"]
+  if not 0 < n < total:
+    return [f"{option}{n}: must be between 1 and {total - 1} of the {total} devices"
+            " (the rest run the update)"]
+  if n % tp or (total - n) % tp:
+    return [f"{option}{n}: each group ({n} and {total - n} devices) must be a multiple of"
+            f" mesh.tp={tp}; choose a multiple of {tp}"]
+  return []
+
+
 def mesh_shape(mesh: settings.MeshSettings, num_devices: int) -> tuple[int, int]:
   """(fsdp, tp) with -1 resolved; raises UserError if it cannot fill the devices."""
   if problems := mesh_size_problems(mesh):

@@ -312,9 +312,8 @@ def _mesh_problems(mesh: ml_collections.ConfigDict, max_staleness: int,
   try:
     _, tp = derived.mesh_shape(mesh, num_devices)
     if n > 0:
-      _check(p, num_devices >= 2, f"mesh.rollout_devices={n}: a split needs at least 2 devices; there is {num_devices}: set --config.mesh.rollout_devices=0")
-      _check(p, num_devices < 2 or 0 < n < num_devices, f"mesh.rollout_devices={n}: must be between 1 and {num_devices - 1} of the {num_devices} devices (the rest run the update)")
-      _check(p, n % tp == 0 and (num_devices - n) % tp == 0, f"mesh.rollout_devices={n}: each group ({n} and {num_devices - n} devices) must be a multiple of mesh.tp={tp}; choose a multiple of {tp}")
+      p += derived.split_problems(n, num_devices, tp, "mesh.rollout_devices=",
+                                  unsplit=": set --config.mesh.rollout_devices=0")
   except errors.UserError as e:
     return [str(e)]
   return p

@@ -46,14 +46,8 @@ def split_meshes(devices: list, rollout_devices: int, tp: int, *, option: str):
   setting in the one-line UserError raised when the groups cannot be formed.
   """
   n, total = rollout_devices, len(devices)
-  if total < 2:
-    raise errors.UserError(f"{option}{n}: a split needs at least 2 devices; there are {total}")
-  if not 0 < n < total:
-    raise errors.UserError(f"{option}{n}: must be between 1 and {total - 1} of the {total}"
-                           " devices (the rest run the update)")
-  if n % tp or (total - n) % tp:
-    raise errors.UserError(f"{option}{n}: each group ({n} and {total - n} devices) must be a"
-                           f" multiple of mesh.tp={tp}; choose a multiple of {tp}")
+  if problems := config_lib.split_problems(n, total, tp, option):
+    raise errors.UserError(problems[0])
   return (mesh_over((n // tp, tp), devices[:n]),
           mesh_over(((total - n) // tp, tp), devices[n:]))
 
